@@ -1,0 +1,292 @@
+"""Trace -> Report: the per-rank stage (independent per rank), the cross-rank stage, then the rules.
+
+The per-rank stage reduces a rank's events to small tables (``RankAnalysis``); nothing after it touches raw
+events. That is what lets the per-rank stage run anywhere (local processes or a Dask cluster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .attribution import attribute, gpu_category_codes, sync_call_rows, GPU_CATEGORIES
+from .config import Config, DEFAULT
+from .findings import Finding, severity_rank
+from .steps import find_steps
+from .trace import Kind, RankTrace, Skipped, Trace
+
+
+@dataclass
+class RankAnalysis:
+    """Everything the rules and renderers need about one rank, in raw units (us, bytes)."""
+
+    rank: int
+    world_size: int | None
+    files: list[str]
+    device: str | None
+    compute_capability: tuple[int, int] | None
+    basis: str  # "gpu": GPU timeline breakdown; "cpu": the training thread's breakdown (no GPU events)
+    steps: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    distributed: dict = field(default_factory=dict)
+    base_ns: int = 0
+    event_count: int = 0
+
+
+@dataclass
+class Report:
+    source: str
+    ranks: list[RankAnalysis]
+    findings: list[Finding]
+    skipped: list[Skipped]
+    world_size: int | None
+    cross_rank: dict = field(default_factory=dict)
+    config: Config = DEFAULT
+    missing_ranks: list[int] = field(default_factory=list)  # ranks the world size promises but no file provided
+    errors: list[str] = field(default_factory=list)  # analyses or rules that failed; the rest of the report stands
+
+    # Python API conveniences -------------------------------------------------------------------------------
+    @property
+    def steps(self) -> pd.DataFrame:
+        """All ranks' step tables in one DataFrame (column ``rank`` added)."""
+        frames = [r.steps.assign(rank=r.rank) for r in self.ranks]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    @property
+    def findings_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([f.to_dict() for f in self.findings])
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A per-rank table (e.g. "kernels", "collectives") of all ranks, with a ``rank`` column."""
+        frames = [r.tables[name].assign(rank=r.rank) for r in self.ranks if name in r.tables]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def to_dict(self) -> dict:
+        from .report_json import report_to_dict
+
+        return report_to_dict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-rank stage
+
+
+def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
+    steps = find_steps(rank)
+    table = attribute(rank, steps, config)
+    basis = "gpu" if len(steps.gpu_index) else "cpu"
+    tables = {
+        "kernels": kernel_summary(rank, steps),
+        "cpu_ops": cpu_op_summary(rank, steps),
+        "pageable_copies": pageable_copies(rank, steps),
+        "sync_calls": sync_calls(rank, steps),
+    }
+    ra = RankAnalysis(
+        rank=rank.rank,
+        world_size=rank.world_size,
+        files=rank.files,
+        device=rank.device_name,
+        compute_capability=rank.compute_capability,
+        basis=basis,
+        steps=table,
+        tables=tables,
+        metadata=rank.metadata,
+        distributed=rank.distributed,
+        base_ns=rank.base_ns,
+        event_count=len(rank.events),
+    )
+    for extend in _rank_extensions():
+        extend(rank, steps, ra, config)
+    return ra
+
+
+def _rank_extensions():
+    """Per-rank analyses that add tables / step columns (communication, precision...), when present."""
+    out = []
+    try:
+        from .collectives import extend_rank as comm
+        out.append(comm)
+    except ImportError:
+        pass
+    try:
+        from .precision import extend_rank as prec
+        out.append(prec)
+    except ImportError:
+        pass
+    return out
+
+
+def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:
+    """Per step and kernel name: count and summed duration (us), with the GPU category."""
+    ev = rank.events
+    gidx = steps.gpu_index
+    if not len(gidx):
+        return pd.DataFrame(columns=["step", "name", "category", "count", "total_us"])
+    kind = ev["kind"].to_numpy()[gidx]
+    isk = kind == int(Kind.KERNEL)
+    cat = gpu_category_codes(ev, gidx)
+    st = steps.gpu_step
+    step_ids = steps.table["step"].to_numpy()
+    df = pd.DataFrame(
+        {
+            "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1)[isk],
+            "name": ev["name"].to_numpy()[gidx][isk],
+            "category": np.array(GPU_CATEGORIES)[cat[isk]],
+            "dur": ev["dur"].to_numpy()[gidx][isk],
+        }
+    )
+    g = df.groupby(["step", "name", "category"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})
+
+
+def cpu_op_summary(rank: RankTrace, steps) -> pd.DataFrame:
+    """Per CPU op / annotation name: count and summed duration (us) inside steps."""
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    rows = np.flatnonzero(kind <= int(Kind.USER_ANNOTATION))
+    ts = ev["ts"].to_numpy()[rows]
+    st = steps.table
+    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
+    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]], "name": ev["name"].to_numpy()[rows][ok],
+                       "dur": ev["dur"].to_numpy()[rows][ok]})
+    g = df.groupby(["step", "name"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})
+
+
+def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
+    """Every pageable host<->device copy with its step, size, time and the CPU op that issued it."""
+    ev = rank.events
+    gidx = steps.gpu_index
+    cols = ["step", "name", "bytes", "dur_us", "ts_us", "op", "runtime_us"]
+    if not len(gidx):
+        return pd.DataFrame(columns=cols)
+    names = ev["name"].to_numpy()[gidx]
+    kind = ev["kind"].to_numpy()[gidx]
+    sel = (kind == int(Kind.MEMCPY)) & np.array(["Pageable" in str(n) for n in names])
+    if not sel.any():
+        return pd.DataFrame(columns=cols)
+    rows = gidx[sel]
+    step_ids = steps.table["step"].to_numpy()
+    st = steps.gpu_step[sel]
+    copies = pd.DataFrame(
+        {
+            "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1),
+            "name": ev["name"].to_numpy()[rows].astype(str),
+            "bytes": ev["bytes"].to_numpy()[rows],
+            "dur_us": ev["dur"].to_numpy()[rows],
+            "ts_us": ev["ts"].to_numpy()[rows],
+            "window": ev["window"].to_numpy()[rows],
+            "corr": ev["corr"].to_numpy()[rows],
+        }
+    )
+    kind_all = ev["kind"].to_numpy()
+    rt = np.flatnonzero((kind_all == int(Kind.RUNTIME)) | (kind_all == int(Kind.DRIVER)))
+    rtdf = pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt], "row": rt,
+                         "runtime_us": ev["dur"].to_numpy()[rt]}).drop_duplicates(["window", "corr"])
+    copies = copies.merge(rtdf, on=["window", "corr"], how="left")
+    has = copies["row"].notna().to_numpy()
+    copies["op"] = None
+    copies.loc[has, "op"] = issuing_ops(ev, copies.loc[has, "row"].to_numpy().astype(np.int64))
+    copies["runtime_us"] = copies["runtime_us"].fillna(0.0)
+    return copies[cols]
+
+
+def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For runtime-call rows: the name of the CPU op that made the call, or None.
+
+    First by External id (the innermost op carrying the call's id); where the trace's ids do not link (older
+    Kineto wrote the correlation there), by time: the innermost op on the same thread that encloses the call.
+    """
+    out = np.full(len(rows), None, dtype=object)
+    if not len(rows):
+        return out
+    kind = ev["kind"].to_numpy()
+    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
+    ops = pd.DataFrame({"window": ev["window"].to_numpy()[cpu], "ext": ev["ext"].to_numpy()[cpu],
+                        "op": ev["name"].to_numpy()[cpu].astype(str), "odur": ev["dur"].to_numpy()[cpu]})
+    ops = ops[ops["ext"] >= 0].sort_values("odur").drop_duplicates(["window", "ext"])
+    q = pd.DataFrame({"window": ev["window"].to_numpy()[rows], "ext": ev["ext"].to_numpy()[rows], "pos": np.arange(len(rows))})
+    m = q.merge(ops, on=["window", "ext"], how="inner")
+    out[m["pos"].to_numpy()] = m["op"].to_numpy()
+    todo = np.flatnonzero(pd.isna(out))
+    if len(todo) and len(cpu):
+        ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
+        for (w, t), grp in pd.DataFrame({"w": win[rows[todo]], "t": tid[rows[todo]], "i": todo}).groupby(["w", "t"]):
+            cand = cpu[(win[cpu] == w) & (tid[cpu] == t)]
+            if not len(cand):
+                continue
+            cand = cand[np.argsort(ts[cand], kind="stable")]
+            starts, ends = ts[cand], ts[cand] + dur[cand]
+            for i in grp["i"].to_numpy():
+                x = ts[rows[i]]
+                j = int(np.searchsorted(starts, x, side="right")) - 1
+                # Walk back to the nearest op that still encloses the call (ops on a thread nest properly).
+                for k in range(j, max(j - 256, -1), -1):
+                    if ends[k] >= x:
+                        out[i] = str(ev["name"].iat[cand[k]])
+                        break
+    return out
+
+
+def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
+    """Blocking runtime calls inside steps, grouped by step, call and the CPU op that made them."""
+    ev = rank.events
+    rows = sync_call_rows(ev, steps.gpu_index)
+    cols = ["step", "call", "op", "count", "total_us"]
+    if not len(rows):
+        return pd.DataFrame(columns=cols)
+    ts = ev["ts"].to_numpy()[rows]
+    st = steps.table
+    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
+    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    rows, k = rows[ok], k[ok]
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": ev["name"].to_numpy()[rows].astype(str),
+                       "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows]})
+    df["op"] = df["op"].fillna("(no op: torch.cuda.synchronize or C++)")
+    g = df.groupby(["step", "call", "op"], sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})[cols]
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def analyze_ranks(trace: Trace, config: Config = DEFAULT) -> list[RankAnalysis]:
+    return [analyze_rank(r, config) for r in trace.ranks]
+
+
+def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world_size: int | None,
+           config: Config = DEFAULT) -> Report:
+    """The cross-rank stage and the rules, on per-rank summaries only."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    skipped = list(skipped)
+    have = {r.rank for r in ranks}
+    missing = [r for r in range(world_size or 0) if r not in have]
+    report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
+                    missing_ranks=missing)
+    try:
+        from .cross_rank import cross_rank_analysis
+    except ImportError:
+        cross_rank_analysis = None
+    if cross_rank_analysis is not None and len(ranks) > 1:
+        report.cross_rank = cross_rank_analysis(ranks, config)
+    from .rules import all_rules
+
+    findings: list[Finding] = []
+    for rule in all_rules():
+        try:
+            findings.extend(rule.check(report, config))
+        except Exception as exc:  # a broken rule must not take the report down with it
+            report.errors.append(f"rule {rule.ID} failed: {type(exc).__name__}: {exc}")
+    order = {m.ID: i for i, m in enumerate(all_rules())}
+    findings.sort(key=lambda f: (-severity_rank(f.severity), order.get(f.id, 99)))
+    report.findings = findings
+    return report
+
+
+def analyze(trace: Trace, config: Config = DEFAULT) -> Report:
+    """Analyze a loaded trace: per-rank stage, cross-rank stage, rules."""
+    return finish(trace.source, analyze_ranks(trace, config), trace.skipped, trace.world_size, config)

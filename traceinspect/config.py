@@ -1,0 +1,88 @@
+"""One typed configuration for the whole analysis, passed explicitly (no hidden config files).
+
+Every threshold says why it has the value it has; rules document the same values in their own docs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- loading -----------------------------------------------------------------------------------------------
+    # Worker processes for decoding; 0 = one per core. Decoding is CPU-bound JSON parsing, so processes, not threads.
+    workers: int = 0
+    # Reuse parsed columns stored beside the traces (keyed by size + mtime), so a second report skips JSON.
+    use_cache: bool = True
+    # Where the column cache lives; None = a ".traceinspect-cache" folder inside the trace folder, or a user cache
+    # folder when the trace folder is read-only.
+    cache_dir: str | None = None
+
+    # --- dataloader-stall --------------------------------------------------------------------------------------
+    # Share of a step the main thread spends waiting in DataLoader.__next__ before we call it a stall. 10 %: below
+    # that, a faster loader gains little; above it, the data pipeline is a first-order cost of every step.
+    dataloader_share_warning: float = 0.10
+    # Half the step in the loader is a loader-bound job: critical.
+    dataloader_share_critical: float = 0.30
+
+    # --- pageable-memcpy ---------------------------------------------------------------------------------------
+    # Any pageable host<->device copy is worth fixing (pinning is free), but a few bytes (e.g. a scalar .item())
+    # are not a data-transfer problem. Copies below this many bytes per step are ignored by the rule.
+    pageable_min_bytes_per_step: int = 64 * 1024
+    # Pageable copies taking more than this share of the step are a warning, above 2x this critical.
+    pageable_share_warning: float = 0.02
+
+    # --- host-sync ---------------------------------------------------------------------------------------------
+    # Share of the step the CPU is blocked in synchronizing CUDA calls. 5 %: a blocked CPU cannot queue the next
+    # kernels, so each sync drains the GPU's queue; a couple of percent is normal (loss logging every step).
+    host_sync_share_warning: float = 0.05
+    host_sync_share_critical: float = 0.20
+
+    # --- gpu-idle ----------------------------------------------------------------------------------------------
+    # GPU idle share of the step window. nvidia-smi's 0-95 % flicker corresponds to idle shares of 20 % and more;
+    # 15 % is where a training step is clearly not keeping the GPU fed.
+    gpu_idle_share_warning: float = 0.15
+    gpu_idle_share_critical: float = 0.40
+    # A kernel shorter than this (us) is "short": launch overhead (~5-10 us per launch on the CPU) rivals it.
+    short_kernel_us: float = 10.0
+
+    # --- exposed-comm ------------------------------------------------------------------------------------------
+    # Communication not hidden behind compute, as a share of the step.
+    comm_exposed_share_warning: float = 0.10
+    comm_exposed_share_critical: float = 0.30
+
+    # --- small-buckets -----------------------------------------------------------------------------------------
+    # DDP's default bucket cap (bytes): 25 MiB. Buckets far below it are latency-bound.
+    ddp_bucket_cap_bytes: int = 25 * 1024 * 1024
+    # A step with at least this many gradient all-reduces per round, most of them smaller than
+    # small_bucket_bytes, spends its communication on per-call latency rather than bandwidth.
+    small_bucket_min_count: int = 8
+    # 4 MiB: below roughly this size an NCCL all-reduce on NVLink/IB does not reach its bus bandwidth (the
+    # nccl-tests curves flatten between 4 and 64 MiB), so each call costs mostly fixed latency.
+    small_bucket_bytes: int = 4 * 1024 * 1024
+    # Share of all-reduce calls of a round that must be small for the rule to fire.
+    small_bucket_share: float = 0.5
+
+    # --- straggler ---------------------------------------------------------------------------------------------
+    # Mean arrival skew at collectives, as a share of the step, above which one rank is holding the others back.
+    straggler_skew_share_warning: float = 0.05
+    # ... and at least this many microseconds (tiny steps make shares noisy).
+    straggler_min_skew_us: float = 500.0
+
+    # --- nvidia-smi view ---------------------------------------------------------------------------------------
+    # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches
+    # `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.
+    util_window_us: float = 100_000.0
+
+    def with_overrides(self, **kw) -> "Config":
+        known = {f.name for f in fields(self)}
+        bad = sorted(set(kw) - known)
+        if bad:
+            from .errors import UsageError
+
+            raise UsageError(f"unknown setting(s): {', '.join(bad)}")
+        return replace(self, **kw)
+
+
+DEFAULT = Config()

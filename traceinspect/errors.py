@@ -1,0 +1,27 @@
+"""The exceptions traceinspect raises for problems a user can fix.
+
+Every error carries a one-line message meant for the terminal; the CLI prints it without a traceback.
+"""
+
+
+class TraceInspectError(Exception):
+    """Base class: a problem with the user's input or request, reported in one line."""
+
+    exit_code = 2
+
+
+class TraceFileError(TraceInspectError):
+    """One trace file cannot be used (truncated, not JSON, no events...). The report goes on without it."""
+
+    def __init__(self, path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class NoUsableTraceError(TraceInspectError):
+    """A folder holds no trace that could be analyzed."""
+
+
+class UsageError(TraceInspectError):
+    """A command was asked for something it cannot do (bad option, unknown rule id...)."""

@@ -1,0 +1,199 @@
+"""The terminal report, from the JSON report dict (so a saved report.json renders the same way).
+
+Renderers format; they do not compute: every number comes from the report dict.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+GPU_COLUMNS = (
+    ("compute", "compute"),
+    ("comm_exposed", "comm exp"),
+    ("h2d_exposed", "H2D exp"),
+    ("d2h_exposed", "D2H exp"),
+    ("d2d_exposed", "D2D exp"),
+    ("memset_exposed", "memset"),
+    ("idle", "idle"),
+)
+CPU_COLUMNS = (
+    ("dataloader", "loader"),
+    ("forward", "forward"),
+    ("backward", "backward"),
+    ("comm", "comm"),
+    ("optimizer", "optim"),
+    ("other", "other"),
+)
+
+_LABELS = {
+    "compute": "compute",
+    "comm_exposed": "exposed comm",
+    "h2d_exposed": "exposed H2D",
+    "d2h_exposed": "exposed D2H",
+    "d2d_exposed": "exposed D2D",
+    "memset_exposed": "memset",
+    "idle": "idle",
+    "dataloader": "dataloader",
+    "forward": "forward",
+    "backward": "backward",
+    "comm": "comm",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+
+
+def ms(us) -> str:
+    return "-" if us is None else f"{us / 1000:.2f}"
+
+
+def mb(b) -> str:
+    return "-" if b is None else f"{b / 1e6:.1f}"
+
+
+def pct(part, whole) -> str:
+    if part is None or not whole:
+        return "-"
+    return f"{100 * part / whole:.0f}%"
+
+
+def verdict(d: dict) -> str:
+    """One line: the slowest rank's mean step and where it went, plus the worst findings."""
+    ranks = [r for r in d["ranks"] if r["summary"].get("steps")]
+    if not ranks:
+        return "no steps found"
+    r = max(ranks, key=lambda x: x["summary"]["mean_wall_us"] or 0)
+    s = r["summary"]
+    wall = s["mean_wall_us"] or 0
+    parts = sorted(s["mean_breakdown_us"].items(), key=lambda kv: -(kv[1] or 0))
+    shares = ", ".join(f"{pct(v, wall)} {_LABELS.get(k, k)}" for k, v in parts if v and v / max(wall, 1e-9) >= 0.01)
+    line = f"step {wall / 1000:.1f} ms on rank {r['rank']}: {shares}"
+    if d["findings"]:
+        f = d["findings"][0]
+        more = len(d["findings"]) - 1
+        line += f" · {f['severity']}: {f['id']}" + (f" (+{more} more)" if more else "")
+    else:
+        line += " · no problems found"
+    return line
+
+
+def _step_table(r: dict) -> Table:
+    gpu = r["basis"] == "gpu"
+    cols = GPU_COLUMNS if gpu else CPU_COLUMNS
+    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    t.add_column("step", justify="right")
+    t.add_column("wall ms", justify="right")
+    for _, label in cols:
+        t.add_column(label, justify="right")
+    if gpu:
+        for label in ("busy ms", "H2D MB", "pageable MB", "D2H MB"):
+            t.add_column(label, justify="right")
+    t.add_column("loader ms", justify="right")
+    if any("allreduce_count" in s for s in r["steps"]):
+        t.add_column("allreduce", justify="right")
+    for s in r["steps"]:
+        wall = s["wall_us"]
+        row = [str(s["step"]) + ("*" if s.get("synthetic") else ""), ms(wall)]
+        row += [pct(s["breakdown_us"].get(k), wall) for k, _ in cols]
+        if gpu:
+            row += [ms(s["gpu_busy_us"]), mb(s["h2d_bytes"]), mb(s["pageable_h2d_bytes"]), mb(s["d2h_bytes"])]
+        row.append(ms(s["dataloader_us"]))
+        if "allreduce_count" in s:
+            row.append(f"{s['allreduce_count']} / {mb(s.get('allreduce_bytes'))} MB")
+        t.add_row(*row)
+    return t
+
+
+def _evidence_lines(ev: dict, limit: int = 8) -> list[str]:
+    """Flatten the first rank's evidence into short key: value lines."""
+    lines = []
+    per_rank = ev.get("per_rank")
+    src = per_rank[0] if isinstance(per_rank, list) and per_rank else ev
+    for k, v in src.items():
+        if k in ("steps",) or v is None:
+            continue
+        if isinstance(v, float):
+            v = f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        elif isinstance(v, (list, dict)):
+            v = str(v)
+            v = v if len(v) <= 90 else v[:87] + "..."
+        lines.append(f"{k}: {v}")
+        if len(lines) >= limit:
+            break
+    if isinstance(per_rank, list) and len(per_rank) > 1:
+        lines.append(f"(and {len(per_rank) - 1} more rank(s) in the JSON report)")
+    return lines
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start, prev = [], None, None
+    for x in sorted(xs) + [None]:
+        if start is None:
+            start = prev = x
+        elif x is not None and x == prev + 1:
+            prev = x
+        else:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = x
+    return ", ".join(out)
+
+
+def render(d: dict, console: Console) -> None:
+    n = d.get("ranks_analyzed", len(d["ranks"]))
+    world = d.get("world_size")
+    total = world or n
+    console.print(Text(f"traceinspect report: {d['source']}", style="bold"))
+    console.print(f"{n} of {total} ranks analyzed" + (f" (world size {world})" if world else ""))
+    console.print(Text("Verdict: " + verdict(d), style="bold"))
+    for r in d["ranks"]:
+        console.print()
+        dev = r["device"] or ("CPU only" if r["basis"] == "cpu" else "GPU")
+        basis = "GPU timeline, % of step" if r["basis"] == "gpu" else "training thread, % of step"
+        console.print(Text(f"Rank {r['rank']} · {dev} · {len(r['steps'])} steps · {basis}", style="bold"))
+        console.print(_step_table(r))
+    console.print()
+    if d["findings"]:
+        console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
+        for f in d["findings"]:
+            head = Text()
+            head.append(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], ""))
+            head.append(f"{f['id']}: ", style="bold")
+            head.append(f["title"])
+            console.print(head)
+            at = f.get("time_at_stake_us")
+            console.print(
+                f"  ranks {','.join(map(str, f['ranks']))} · steps {','.join(map(str, f['steps']))}"
+                + (f" · at stake ~{at / 1000:.2f} ms/step" if at else "")
+            )
+            for line in _evidence_lines(f.get("evidence") or {}):
+                console.print(Text("  " + line, style="dim"))
+            console.print("  fix:")
+            for line in f["fix"].splitlines():
+                console.print(Text("    " + line, style="green"))
+    else:
+        console.print(Text("No problems found.", style="bold green"))
+    if d.get("missing_ranks"):
+        console.print()
+        console.print(Text(f"Missing ranks (no usable trace file): {_ranges(d['missing_ranks'])}", style="bold"))
+    if d.get("errors"):
+        for e in d["errors"]:
+            console.print(Text(f"analysis error: {e}", style="red"))
+    if d["skipped"]:
+        console.print()
+        console.print(Text(f"Skipped ({len(d['skipped'])})", style="bold"))
+        for s in d["skipped"]:
+            console.print(f"  {s['file']}: {s['reason']}")
+
+
+def render_text(d: dict, width: int = 120, color: bool = False) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      highlight=False, soft_wrap=False)
+    render(d, console)
+    return buf.getvalue()
