@@ -18,6 +18,9 @@ class TraceFileError(TraceInspectError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self):  # crosses process boundaries (decoding runs in worker processes)
+        return (TraceFileError, (self.path, self.reason))
+
 
 class NoUsableTraceError(TraceInspectError):
     """A folder holds no trace that could be analyzed."""

@@ -117,13 +117,19 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120]
 
 
-def _decode_file_task(path: str) -> FileResult | TraceFileError:
+def _decode_file_task(path: str, pool: ProcessPoolExecutor | None = None,
+                      progress: ProgressFn | None = None) -> FileResult | TraceFileError:
+    """Decode one file; every failure becomes a TraceFileError value naming the file (never a crash)."""
     try:
-        return decode_file(path)
+        return decode_file(path, pool, progress)
     except TraceFileError as exc:
         return exc
     except MemoryError:
         return TraceFileError(path, "out of memory while decoding")
+    except OSError as exc:
+        return TraceFileError(path, f"cannot read ({exc.strerror or exc})")
+    except Exception as exc:  # noqa: BLE001 - one odd file must not stop the others
+        return TraceFileError(path, f"could not be decoded ({type(exc).__name__}: {_short(exc)})")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -249,13 +255,7 @@ def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressF
     if not paths:
         return []
     if n <= 1:
-        out = []
-        for p in paths:
-            try:
-                out.append(decode_file(p, None, progress))
-            except TraceFileError as exc:
-                out.append(exc)
-        return out
+        return [_decode_file_task(p, None, progress) for p in paths]
     sizes = [os.path.getsize(p) for p in paths]
     out: list = [None] * len(paths)
     with _pool(n) as pool:
@@ -269,10 +269,7 @@ def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressF
         else:
             # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
             for i, p in enumerate(paths):
-                try:
-                    out[i] = decode_file(p, pool, progress)
-                except TraceFileError as exc:
-                    out[i] = exc
+                out[i] = _decode_file_task(p, pool, progress)
     return out
 
 

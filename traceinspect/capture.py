@@ -1,0 +1,498 @@
+"""Capture per-rank PyTorch profiler traces that ``traceinspect report`` can read.
+
+Any training loop can use it::
+
+    import traceinspect.capture
+
+    with traceinspect.capture.profile("./log/profile_ddp", wait=1, warmup=1, active=3,
+                                      dataloader=loader, model=ddp_model,
+                                      accumulation_steps=4, amp_dtype=torch.bfloat16) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()          # once per optimizer step
+
+Why a wrapper and not plain ``torch.profiler.profile``:
+
+* the file layout is fixed (``rank{r}.<time_ns>.pt.trace.json.gz`` through
+  ``torch.profiler.tensorboard_trace_handler``), so the analyzer, TensorBoard and
+  torch-tb-profiler all open the same folder and every file says which rank wrote it;
+* the job's settings that a trace does not show (DataLoader workers, DDP bucket
+  size, gradient accumulation, AMP dtype, ...) are written *into* every trace
+  window as a top-level ``"traceinspect"`` JSON key, so the analyzer can explain
+  a finding ("pin_memory=False") instead of guessing it;
+* the two silent failures users hit get a clear error: a loop that ends before
+  the schedule's active window (no trace at all) and an output folder that
+  cannot be written (the torch handler only fails at the end of the window).
+
+This module imports torch lazily inside functions so that importing it (for
+``CaptureError`` or ``required_steps``) never needs torch; it imports nothing from
+the rest of traceinspect, so it runs on a machine that has only torch installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = [
+    "CaptureError",
+    "Capture",
+    "profile",
+    "required_steps",
+    "detect_rank",
+    "describe_dataloader",
+    "describe_ddp",
+    "amp_dtype_name",
+    "METADATA_KEY",
+    "METADATA_SCHEMA",
+]
+
+#: Top-level key of the trace JSON that holds the capture metadata.
+METADATA_KEY = "traceinspect"
+#: Version tag of the metadata object, bumped when its fields change meaning.
+METADATA_SCHEMA = "traceinspect.capture/1"
+
+
+class CaptureError(ValueError):
+    """A capture was set up or used wrongly; the message is one line meant for the user."""
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def _check_schedule(wait: int, warmup: int, active: int, repeat: int, skip_first: int) -> None:
+    """Reject schedules torch would reject with an AssertionError (or accept and never record)."""
+    for name, value in (("wait", wait), ("warmup", warmup), ("active", active),
+                        ("repeat", repeat), ("skip_first", skip_first)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CaptureError(f"{name} must be an integer (got {value!r})")
+        if value < 0:
+            raise CaptureError(f"{name} must be >= 0 (got {value})")
+    if active < 1:
+        raise CaptureError(
+            f"active must be >= 1 (got {active}): the profiler records only the active steps, "
+            "so active=0 would write no trace"
+        )
+
+
+def required_steps(wait: int = 1, warmup: int = 1, active: int = 3, repeat: int = 1,
+                   skip_first: int = 0) -> int:
+    """Number of ``prof.step()`` calls the loop must make for every trace window to be written.
+
+    torch's schedule runs ``skip_first`` idle steps, then ``repeat`` cycles of
+    ``wait`` + ``warmup`` + ``active`` steps; a window's file is written by the
+    ``step()`` call that ends its last active step. ``repeat=0`` means "cycle until
+    the loop ends", for which one complete cycle is the minimum.
+
+    >>> required_steps(wait=1, warmup=1, active=3)
+    5
+    >>> required_steps(wait=1, warmup=1, active=3, repeat=2, skip_first=2)
+    12
+    """
+    _check_schedule(wait, warmup, active, repeat, skip_first)
+    return skip_first + (wait + warmup + active) * max(repeat, 1)
+
+
+def recorded_step_numbers(wait: int = 1, warmup: int = 1, active: int = 3, repeat: int = 1,
+                          skip_first: int = 0) -> list[list[int]]:
+    """The ``ProfilerStep#N`` numbers each trace window holds, one list per window.
+
+    With ``wait=1, warmup=1, active=3`` the single window holds steps 2, 3 and 4
+    (steps count from 0). ``repeat=0`` returns the first window only.
+
+    >>> recorded_step_numbers(1, 1, 3, repeat=2)
+    [[2, 3, 4], [7, 8, 9]]
+    """
+    _check_schedule(wait, warmup, active, repeat, skip_first)
+    cycle = wait + warmup + active
+    return [[skip_first + c * cycle + wait + warmup + i for i in range(active)]
+            for c in range(max(repeat, 1))]
+
+
+# --------------------------------------------------------------------------- describing the job
+
+
+def detect_rank() -> tuple[int, int]:
+    """(rank, world_size): from torch.distributed when initialized, else RANK/WORLD_SIZE, else (0, 1).
+
+    Reading the process group first matters for launchers that do not export
+    RANK (e.g. ``mp.spawn``); the environment covers profiling set up before
+    ``init_process_group``.
+    """
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # pragma: no cover - torch without distributed
+        pass
+
+    def _env_int(name: str, default: int) -> int:
+        try:
+            return int(os.environ.get(name, default))
+        except ValueError:
+            return default
+
+    return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+
+
+def describe_dataloader(loader: Any) -> dict[str, Any] | None:
+    """The DataLoader settings that decide input-pipeline stalls, read off the loader object.
+
+    Returns None for None. Works with anything shaped like a
+    ``torch.utils.data.DataLoader`` (missing attributes become None) so wrappers
+    such as Accelerate's keep working.
+    """
+    if loader is None:
+        return None
+    batch_size = getattr(loader, "batch_size", None)
+    if batch_size is None:  # a batch_sampler= loader keeps the size on the sampler
+        batch_size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    num_workers = getattr(loader, "num_workers", None)
+    return {
+        "num_workers": num_workers,
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "persistent_workers": getattr(loader, "persistent_workers", None),
+        # torch >= 2.0 stores None when num_workers == 0 (no prefetching happens)
+        "prefetch_factor": getattr(loader, "prefetch_factor", None) if num_workers else None,
+        "batch_size": batch_size,
+        "drop_last": getattr(loader, "drop_last", None),
+        "sampler": type(getattr(loader, "sampler", None)).__name__
+        if getattr(loader, "sampler", None) is not None else None,
+    }
+
+
+def describe_ddp(model: Any) -> dict[str, Any] | None:
+    """DDP's communication settings (bucket size, bucket view, static graph, unused params).
+
+    None unless ``model`` is a DistributedDataParallel (recognized by its
+    ``bucket_bytes_cap`` attribute, so subclasses and wrappers work too).
+    """
+    if model is None or not hasattr(model, "bucket_bytes_cap"):
+        return None
+    mb = 1024 * 1024
+    first = getattr(model, "first_bucket_bytes_cap", None)
+    return {
+        "bucket_cap_mb": model.bucket_bytes_cap / mb,
+        "first_bucket_cap_mb": first / mb if isinstance(first, (int, float)) else None,
+        "gradient_as_bucket_view": bool(getattr(model, "gradient_as_bucket_view", False)),
+        "static_graph": bool(getattr(model, "static_graph", False)),
+        "find_unused_parameters": bool(getattr(model, "find_unused_parameters", False)),
+    }
+
+
+def amp_dtype_name(dtype: Any) -> str | None:
+    """Normalize an autocast dtype (torch.dtype or string) to "bfloat16" / "float16" / None.
+
+    Accepts the spellings people use on command lines ("bf16", "fp16", "half",
+    "none"); anything else is kept as its string form rather than dropped.
+    """
+    if dtype is None or dtype is False:
+        return None
+    name = str(dtype).removeprefix("torch.").lower()
+    aliases = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
+               "float16": "float16", "half": "float16", "none": None, "": None,
+               "fp32": None, "float32": None}
+    return aliases.get(name, name)
+
+
+def _grad_scaler_flag(scaler: Any) -> bool | None:
+    """GradScaler object or bool -> whether loss scaling is on (None = not said)."""
+    if scaler is None or isinstance(scaler, bool):
+        return scaler
+    is_enabled = getattr(scaler, "is_enabled", None)
+    return bool(is_enabled()) if callable(is_enabled) else True
+
+
+def _json_safe(obj: Any) -> Any:
+    """Make ``extra``/``workload`` values JSON-encodable (dtypes, paths, devices -> str)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
+    return str(obj)
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Create ``out_dir`` and prove a file can be written there, now rather than at step N."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CaptureError(f"cannot create the trace folder {out_dir}: {e.strerror or e}") from None
+    if not out_dir.is_dir():
+        raise CaptureError(f"the trace folder {out_dir} exists and is not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".traceinspect-write-test-"):
+            pass
+    except OSError as e:
+        raise CaptureError(f"cannot write to the trace folder {out_dir}: {e.strerror or e}") from None
+
+
+# --------------------------------------------------------------------------- the context
+
+
+class Capture:
+    """A running capture: ``.step()`` once per training step; the torch profiler is ``.profiler``.
+
+    Create it with :func:`profile`. Attributes that are useful after the loop:
+
+    * ``files``: trace files this rank wrote (one per completed active window);
+    * ``steps``: how many times ``step()`` was called;
+    * ``metadata``: the dict written under the ``"traceinspect"`` key.
+
+    Unknown attributes are forwarded to the torch profiler, so code written for
+    ``torch.profiler.profile`` (``prof.key_averages()``, ``prof.add_metadata_json``)
+    keeps working.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, *, wait: int = 1, warmup: int = 1,
+                 active: int = 3, repeat: int = 1, skip_first: int = 0,
+                 record_shapes: bool = False, profile_memory: bool = False,
+                 with_stack: bool = False, gzip: bool = True, dataloader: Any = None,
+                 model: Any = None, accumulation_steps: int | None = None,
+                 no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
+                 workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+                 strict: bool = True, verbose: bool = True) -> None:
+        _check_schedule(wait, warmup, active, repeat, skip_first)
+        if accumulation_steps is not None and (isinstance(accumulation_steps, bool) or
+                                               not isinstance(accumulation_steps, int) or
+                                               accumulation_steps < 1):
+            raise CaptureError(f"accumulation_steps must be an integer >= 1 (got {accumulation_steps!r})")
+        self.out_dir = Path(out_dir)
+        _check_writable(self.out_dir)
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.repeat, self.skip_first = repeat, skip_first
+        self.record_shapes, self.profile_memory, self.with_stack = record_shapes, profile_memory, with_stack
+        self.gzip = gzip
+        self.strict = strict
+        self.verbose = verbose
+        self.required_steps = required_steps(wait, warmup, active, repeat, skip_first)
+        self.steps = 0
+        self.files: list[Path] = []
+        self.rank, self.world_size = detect_rank()
+        self.profiler: Any = None  # torch.profiler.profile, set in __enter__
+        self._job = {
+            "dataloader": describe_dataloader(dataloader),
+            "ddp": describe_ddp(model),
+            "accumulation_steps": accumulation_steps,
+            "no_sync": no_sync,
+            "amp_dtype": amp_dtype_name(amp_dtype),
+            "grad_scaler": _grad_scaler_flag(grad_scaler),
+            "workload": _json_safe(dict(workload)) if workload is not None else None,
+            "extra": _json_safe(dict(extra)) if extra is not None else None,
+        }
+        self.metadata: dict[str, Any] = self._build_metadata()
+
+    # -- metadata -----------------------------------------------------------------------
+
+    def _build_metadata(self) -> dict[str, Any]:
+        try:
+            import torch
+
+            torch_version = str(torch.__version__)
+            cuda = bool(torch.cuda.is_available())
+        except ImportError:  # pragma: no cover - profile() needs torch anyway
+            torch_version, cuda = None, False
+        return {
+            "schema": METADATA_SCHEMA,
+            "capture": {
+                "wait": self.wait, "warmup": self.warmup, "active": self.active,
+                "repeat": self.repeat, "skip_first": self.skip_first,
+                "record_shapes": self.record_shapes, "profile_memory": self.profile_memory,
+                "with_stack": self.with_stack, "gzip": self.gzip,
+                "activities": ["cpu", "cuda"] if cuda else ["cpu"],
+                "torch_version": torch_version,
+            },
+            "rank": self.rank,
+            "world_size": self.world_size,
+            **self._job,
+        }
+
+    def update_metadata(self, *, dataloader: Any = None, model: Any = None,
+                        accumulation_steps: int | None = None, no_sync: bool | None = None,
+                        amp_dtype: Any = None, grad_scaler: Any = None,
+                        workload: Mapping[str, Any] | None = None,
+                        extra: Mapping[str, Any] | None = None) -> None:
+        """Add job settings known only after the capture started (e.g. a loader built later).
+
+        Only the arguments given change; ``extra`` is merged key by key. The new
+        values reach the current window (if recording) and every later one.
+        """
+        if dataloader is not None:
+            self._job["dataloader"] = describe_dataloader(dataloader)
+        if model is not None:
+            self._job["ddp"] = describe_ddp(model)
+        if accumulation_steps is not None:
+            self._job["accumulation_steps"] = accumulation_steps
+        if no_sync is not None:
+            self._job["no_sync"] = no_sync
+        if amp_dtype is not None:
+            self._job["amp_dtype"] = amp_dtype_name(amp_dtype)
+        if grad_scaler is not None:
+            self._job["grad_scaler"] = _grad_scaler_flag(grad_scaler)
+        if workload is not None:
+            self._job["workload"] = _json_safe(dict(workload))
+        if extra is not None:
+            self._job["extra"] = {**(self._job["extra"] or {}), **_json_safe(dict(extra))}
+        self.metadata = self._build_metadata()
+        if self.profiler is not None:
+            self._install_metadata(now=True)
+
+    def _metadata_json(self) -> str:
+        return json.dumps(self.metadata, allow_nan=False, sort_keys=True)
+
+    def _install_metadata(self, now: bool = False) -> None:
+        """Make the metadata part of every window.
+
+        ``preset_metadata_json`` (torch >= 2.3) is re-applied by torch at the start
+        of each active window, which is what makes repeat > 1 windows carry it too.
+        ``add_metadata_json`` only reaches the window being recorded, so it is used
+        for updates mid-window and, on older torch, on every recording step.
+        """
+        value = self._metadata_json()
+        preset = getattr(self.profiler, "preset_metadata_json", None)
+        if callable(preset):
+            preset(METADATA_KEY, value)
+        if (now or not callable(preset)) and self._recording():
+            self.profiler.add_metadata_json(METADATA_KEY, value)
+
+    def _recording(self) -> bool:
+        from torch.profiler import ProfilerAction
+
+        return getattr(self.profiler, "current_action", None) in (
+            ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+    # -- the context --------------------------------------------------------------------
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        """torch's tensorboard handler, plus noting which file it wrote."""
+        before = set(self.out_dir.glob(f"rank{self.rank}.*.pt.trace.json*"))
+        self._handler(prof)
+        self.files.extend(sorted(set(self.out_dir.glob(f"rank{self.rank}.*.pt.trace.json*")) - before))
+
+    def __enter__(self) -> "Capture":
+        import torch
+        from torch.profiler import ProfilerActivity, schedule, tensorboard_trace_handler
+
+        # the rank may have changed since __init__ if the process group came up in between
+        self.rank, self.world_size = detect_rank()
+        self.metadata = self._build_metadata()
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._handler = tensorboard_trace_handler(str(self.out_dir), worker_name=f"rank{self.rank}",
+                                                  use_gzip=self.gzip)
+        with warnings.catch_warnings():
+            # warmup=0 is a legal (if skewed) choice; torch warns about it on every rank
+            warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+            sched = schedule(wait=self.wait, warmup=self.warmup, active=self.active,
+                             repeat=self.repeat, skip_first=self.skip_first)
+        self.profiler = torch.profiler.profile(
+            activities=activities, schedule=sched, on_trace_ready=self._on_trace_ready,
+            record_shapes=self.record_shapes, profile_memory=self.profile_memory,
+            with_stack=self.with_stack)
+        self._install_metadata()
+        self.profiler.__enter__()
+        if not callable(getattr(self.profiler, "preset_metadata_json", None)):
+            self._install_metadata()  # schedule may start recording at step 0
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training step (call it once per optimizer step)."""
+        if self.profiler is None:
+            raise CaptureError("prof.step() called outside the `with traceinspect.capture.profile(...)` block")
+        self.steps += 1
+        self.profiler.step()
+        if not callable(getattr(self.profiler, "preset_metadata_json", None)):
+            self._install_metadata()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        prof, self.profiler = self.profiler, None
+        try:
+            prof.__exit__(exc_type, exc, tb)
+        finally:
+            self._profiler_done = prof
+        if exc_type is not None:
+            return False  # never hide the training loop's own error behind ours
+        if self.steps < self.required_steps:
+            msg = self.too_few_steps_message()
+            if self.strict:
+                raise CaptureError(msg)
+            warnings.warn(msg, stacklevel=2)
+        elif self.verbose and self.rank == 0:
+            self._announce()
+        return False
+
+    def too_few_steps_message(self) -> str:
+        """The one-line explanation for a loop that ended before the schedule's last window."""
+        sched = (f"skip_first={self.skip_first}, wait={self.wait}, warmup={self.warmup}, "
+                 f"active={self.active}, repeat={self.repeat}")
+        written = (f"only a partial trace was written ({len(self.files)} file(s))" if self.files
+                   else "no trace was written")
+        return (f"the loop called prof.step() {self.steps} time(s) but the profiler schedule "
+                f"({sched}) needs {self.required_steps}; {written} -- run at least "
+                f"{self.required_steps} steps or lower wait/warmup/active")
+
+    def _announce(self) -> None:
+        n = len(self.files)
+        print(f"traceinspect: rank 0 wrote {n} trace file(s) to {self.out_dir} "
+              f"(world size {self.world_size}; each rank writes rank<r>.*.pt.trace.json"
+              f"{'.gz' if self.gzip else ''}); next: traceinspect report {self.out_dir}",
+              file=sys.stderr, flush=True)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes Capture does not define: forward to torch's profiler
+        profiler = self.__dict__.get("profiler") or self.__dict__.get("_profiler_done")
+        if profiler is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(profiler, name)
+
+
+def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, warmup: int = 1,
+            active: int = 3, repeat: int = 1, skip_first: int = 0, record_shapes: bool = False,
+            profile_memory: bool = False, with_stack: bool = False, gzip: bool = True,
+            dataloader: Any = None, model: Any = None, accumulation_steps: int | None = None,
+            no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
+            workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+            strict: bool = True, verbose: bool = True) -> Capture:
+    """Profile a training loop into ``out_dir`` as per-rank Chrome traces (use as a context manager).
+
+    Schedule: ``skip_first`` idle steps, then ``repeat`` cycles of ``wait`` idle,
+    ``warmup`` (profiler on, results dropped) and ``active`` recorded steps; each
+    cycle's active steps become one file ``rank{r}.<time_ns>.pt.trace.json[.gz]``.
+    ``repeat=0`` keeps cycling until the loop ends. Call ``prof.step()`` once per
+    optimizer step, so one ``ProfilerStep#N`` is one training step.
+
+    Recording options (``record_shapes``, ``profile_memory``, ``with_stack``) cost
+    overhead; leave them off for timing. ``gzip`` compresses the files (about 10x).
+
+    Job description written into every trace window, under ``"traceinspect"``:
+    ``dataloader`` (a DataLoader: workers, pinning, prefetch, batch size are read
+    off it), ``model`` (a DistributedDataParallel: bucket size, bucket view,
+    static graph, unused-parameter search), ``accumulation_steps`` (micro-batches
+    per optimizer step), ``no_sync`` (whether micro-batches skip the all-reduce),
+    ``amp_dtype`` (autocast dtype or None), ``grad_scaler`` (GradScaler or bool),
+    ``workload`` and ``extra`` (any JSON-able dicts of your own).
+
+    ``strict``: when the loop ends normally with fewer steps than the schedule
+    needs, raise :class:`CaptureError` (default) or only warn. ``verbose``: rank 0
+    prints where the traces went.
+
+    Raises :class:`CaptureError` at once for a bad schedule or an output folder
+    that cannot be written.
+    """
+    return Capture(out_dir, wait=wait, warmup=warmup, active=active, repeat=repeat,
+                   skip_first=skip_first, record_shapes=record_shapes,
+                   profile_memory=profile_memory, with_stack=with_stack, gzip=gzip,
+                   dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
+                   no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler,
+                   workload=workload, extra=extra, strict=strict, verbose=verbose)

@@ -1,0 +1,760 @@
+"""Collectives of one rank: what was communicated, when it was issued, how long it ran, and DDP's buckets.
+
+``extend_rank`` (called by ``analyze_rank``) adds ``ra.tables["collectives"]`` (one row per collective) and
+per-step communication columns to ``ra.steps``. Definitions of every number: docs/communication.md.
+
+Where a collective comes from, by torch version and backend:
+
+* NCCL, torch >= 1.13 with metadata: a ``record_param_comms`` CPU op carries ``Collective name``, ``In/Out msg
+  nelems``, ``dtype``, ``Group size``, ``Process Group Name`` (and ``Seq`` in newer torch). The runtime call that
+  launches the NCCL kernel runs inside it (same thread), and its ``correlation`` names the kernel.
+* NCCL, older torch: ``record_param_comms`` has no arguments; the ``nccl:<collective>`` user annotation inside it
+  is the record (sizes from ``Input Dims`` x ``Input type`` when shapes were recorded), and NCCL 2.17-era kernels
+  carry ``Collective name`` / ``In msg nelems`` / ``dtype`` themselves.
+* Gloo (CPU): the issuing ``c10d::<collective>_`` op on the training (or autograd) thread enqueues the work; a
+  gloo worker thread runs it inside a ``gloo:<collective>`` annotation (with ``Input Dims`` / ``Input type`` when
+  shapes were recorded). Issue ops and gloo annotations are paired in order, per collective name.
+* NCCL kernels no CPU record claims (CPU events missing) become rows of their own, sized from the kernel's args.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from .trace import Kind, RankTrace
+
+# --------------------------------------------------------------------------------------------------------------
+# Names, dtypes, bus-bandwidth factors
+
+DTYPE_BYTES = {
+    # record_param_comms / kernel "dtype" (c10::ScalarType names)
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "byte": 1, "uint8": 1, "char": 1,
+    "int8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8, "complexfloat": 8, "complexdouble": 16,
+    "complexhalf": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    # "Input type" spellings (C++ type names)
+    "c10::half": 2, "c10::bfloat16": 2, "long int": 8, "long long": 8, "int64_t": 8, "short int": 2,
+    "unsigned char": 1, "signed char": 1, "int8_t": 1, "uint8_t": 1, "int32_t": 4, "c10::complex<float>": 8,
+    "c10::complex<double>": 16, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+    # NCCL kernel-name dtype tokens
+    "f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "i8": 1, "u8": 1,
+    "__nv_bfloat16": 2, "uint64_t": 8, "uint32_t": 4,
+}
+
+#: busbw = algbw x factor(n), as nccl-tests defines it (doc/PERFORMANCE.md there).
+BUSBW_FACTOR = {
+    "allreduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send": lambda n: 1.0,
+    "recv": lambda n: 1.0,
+}
+
+NOT_COLLECTIVES = frozenset({"wait", "", "unknown"})
+
+COLUMNS = [
+    "step", "name", "pg", "bytes", "nelems", "dtype", "group_size", "seq", "cpu_ts_us", "cpu_dur_us", "tid",
+    "kernel", "kernel_ts_us", "kernel_dur_us", "ts_us", "dur_us", "algbw_gbps", "busbw_gbps", "phase", "backend",
+    "source", "grad", "pass_", "round", "bucket",
+]
+
+
+def normalize_collective(name) -> str:
+    """'c10d::allreduce_', 'nccl:all_reduce', '_allgather_base', 'AllReduce' ... -> 'allreduce', 'allgather'..."""
+    if name is None or (isinstance(name, float) and math.isnan(name)):
+        return "unknown"
+    n = str(name).lower()
+    for prefix in ("_c10d_functional::", "c10d_functional::", "c10d::", "nccl:", "gloo:", "rccl:", "ucc:", "mpi:"):
+        if n.startswith(prefix):
+            n = n[len(prefix):]
+    n = n.strip("_").replace("_", "")
+    if "reducescatter" in n:
+        return "reduce_scatter"
+    if "allreduce" in n:
+        return "allreduce"
+    if "allgather" in n:
+        return "allgather"
+    if "alltoall" in n or "sendrecv" in n:
+        return "all_to_all"
+    if "broadcast" in n:
+        return "broadcast"
+    if "barrier" in n:
+        return "barrier"
+    if n.startswith("reduce"):
+        return "reduce"
+    if n.startswith("gather"):
+        return "gather"
+    if n.startswith("scatter"):
+        return "scatter"
+    if n.startswith("send"):
+        return "send"
+    if n.startswith("recv"):
+        return "recv"
+    if n.startswith("wait"):
+        return "wait"
+    return n or "unknown"
+
+
+_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
+
+
+def kernel_collective(kernel_name: str) -> str:
+    """'ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)' / 'ncclKernel_AllReduce_RING_LL_Sum_float(...)' -> 'allreduce'."""
+    m = _KERNEL_RE.match(kernel_name or "")
+    return normalize_collective(m.group(1)) if m else "unknown"
+
+
+def dtype_bytes(dtype) -> int:
+    if dtype is None or (isinstance(dtype, float) and math.isnan(dtype)):
+        return -1
+    return DTYPE_BYTES.get(str(dtype).strip().lower(), -1)
+
+
+def busbw_factor(name: str, n) -> float:
+    f = BUSBW_FACTOR.get(name)
+    if f is None or n is None or not n or n < 1 or (isinstance(n, float) and math.isnan(n)):
+        return float("nan")
+    return float(f(int(n)))
+
+
+def _dims_nelems(text) -> int:
+    """Elements of the first argument of an ``Input Dims`` JSON text ([[8, 1024]] or a TensorList [[[16770]]])."""
+    if not text:
+        return -1
+    try:
+        dims = json.loads(text)
+    except ValueError:
+        return -1
+    if not isinstance(dims, list) or not dims:
+        return -1
+    first = dims[0]
+    if not isinstance(first, list) or not first:
+        return -1
+    if all(isinstance(d, int) for d in first):
+        return int(np.prod(first, dtype=np.int64))
+    if all(isinstance(t, list) and all(isinstance(d, int) for d in t) for t in first):  # TensorList
+        return int(sum(int(np.prod(t, dtype=np.int64)) for t in first if t))
+    return -1
+
+
+def _first_type(text):
+    if not text:
+        return None
+    try:
+        types = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(types, list) and types and isinstance(types[0], str) and types[0] and types[0] != "TensorList":
+        return types[0]
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Name masks and nesting helpers
+
+
+def _mask(ev: pd.DataFrame, pred) -> np.ndarray:
+    cats = ev["name"].cat.categories
+    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
+    return hit[ev["name"].cat.codes.to_numpy()]
+
+
+def _enclosing(outer: pd.DataFrame, inner: pd.DataFrame) -> np.ndarray:
+    """For each inner row, the position (in ``outer``) of the latest-starting outer row on the same (window, tid)
+    that encloses it (outer.ts <= inner.ts and inner.end <= outer.end), or -1. Frames need ts, end, window, tid."""
+    out = np.full(len(inner), -1, np.int64)
+    if not len(outer) or not len(inner):
+        return out
+    o = outer.reset_index(drop=True)
+    inner = inner.reset_index(drop=True)
+    for (w, t), ig in inner.groupby(["window", "tid"], sort=False):
+        og = o[(o["window"] == w) & (o["tid"] == t)]
+        if not len(og):
+            continue
+        og = og.sort_values("ts", kind="stable")
+        ots = og["ts"].to_numpy()
+        oend = og["end"].to_numpy()
+        opos = og.index.to_numpy()
+        its = ig["ts"].to_numpy()
+        iend = ig["end"].to_numpy()
+        k = np.searchsorted(ots, its, side="right") - 1
+        ok = k >= 0
+        kk = np.clip(k, 0, None)
+        # The latest start may be a sibling that already ended; walk back a few candidates (nesting is shallow).
+        res = np.full(len(ig), -1, np.int64)
+        for step_back in range(4):
+            idx = kk - step_back
+            valid = ok & (idx >= 0) & (res < 0)
+            if not valid.any():
+                break
+            idx_c = np.clip(idx, 0, None)
+            hit = valid & (oend[idx_c] >= iend - 1e-6)
+            res[hit] = opos[idx_c[hit]]
+        out[ig.index.to_numpy()] = res
+    return out
+
+
+def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    ts = ev["ts"].to_numpy()[rows]
+    return pd.DataFrame(
+        {"row": rows, "ts": ts, "end": ts + ev["dur"].to_numpy()[rows], "window": ev["window"].to_numpy()[rows],
+         "tid": ev["tid"].to_numpy()[rows]}
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Backward passes
+
+
+def backward_passes(rank: RankTrace, steps) -> pd.DataFrame:
+    """The backward passes of each step: runs of ``autograd::engine::evaluate_function`` ops (any thread) that no
+    forward-side op of the training thread separates. Columns: step_index, pass_, start, bwd_end, end, window
+    (``end`` = where the next training-thread op starts: callbacks run by the engine after the last node, such as
+    DDP's final bucket, still belong to the pass)."""
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    cols = ["step_index", "pass_", "start", "bwd_end", "end", "window"]
+    is_bwd = (kind == int(Kind.CPU_OP)) & _mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function"))
+    b = np.flatnonzero(is_bwd)
+    st = steps.table
+    if not len(b) or not len(st):
+        return pd.DataFrame(columns=cols)
+    ts = ev["ts"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    win = ev["window"].to_numpy()
+    tid = ev["tid"].to_numpy()
+    # Markers: training-thread ops that are not backward, not communication, not inside a backward node.
+    main = steps.main_tid
+    markers_ts = np.empty(0)
+    markers_win = np.empty(0, np.int64)
+    if main is not None:
+        on_main = (tid == main) & (kind <= int(Kind.USER_ANNOTATION))
+        skip = _mask(ev, lambda s: s.startswith(("autograd::engine::evaluate_function", "ProfilerStep#", "c10d::",
+                                                 "_c10d_functional::", "record_param_comms", "nccl:", "gloo:",
+                                                 "rccl:")))
+        cand = np.flatnonzero(on_main & ~skip)
+        mb = np.flatnonzero(is_bwd & (tid == main))
+        if len(mb) and len(cand):
+            # Drop candidates that start inside a training-thread backward node (the node's own ops).
+            o = np.argsort(ts[mb], kind="stable")
+            bs, be = ts[mb][o], end[mb][o]
+            runmax = np.maximum.accumulate(be)
+            k = np.searchsorted(bs, ts[cand], side="right") - 1
+            inside = (k >= 0) & (ts[cand] < runmax[np.clip(k, 0, None)])
+            cand = cand[~inside]
+        markers_ts = ts[cand]
+        markers_win = win[cand]
+    # Step of each backward op by its start on the step CPU windows.
+    cs = st["cpu_start"].to_numpy()
+    ce = st["cpu_end"].to_numpy()
+    sw = st["window"].to_numpy()
+    bts = ts[b]
+    k = np.searchsorted(cs, bts, side="right") - 1
+    ok = (k >= 0) & (bts < ce[np.clip(k, 0, None)]) & (win[b] == sw[np.clip(k, 0, None)])
+    b, k = b[ok], k[ok]
+    if not len(b):
+        return pd.DataFrame(columns=cols)
+    order = np.lexsort((ts[b], k))
+    b, k = b[order], k[order]
+    rows = []
+    for si in np.unique(k):
+        sel = b[k == si]
+        s_ts, s_end = ts[sel], end[sel]
+        w = int(sw[si])
+        mts = np.sort(markers_ts[markers_win == w])
+        mts = mts[(mts >= cs[si]) & (mts < ce[si])]
+        runmax = np.maximum.accumulate(s_end)
+        # A new pass starts at op i when a marker starts between everything before it and op i.
+        n_before = np.searchsorted(mts, s_ts, side="left")
+        n_after_prev = np.searchsorted(mts, np.concatenate([[-np.inf], runmax[:-1]]), side="right")
+        new = np.ones(len(sel), bool)
+        new[1:] = n_before[1:] > n_after_prev[1:]
+        pid = np.cumsum(new) - 1
+        for p in range(int(pid[-1]) + 1):
+            m = pid == p
+            start, bwd_end = float(s_ts[m].min()), float(s_end[m].max())
+            nxt = mts[mts >= bwd_end]
+            pend = float(nxt[0]) if len(nxt) else float(ce[si])
+            rows.append((int(si), p, start, bwd_end, max(pend, bwd_end), w))
+    return pd.DataFrame(rows, columns=cols)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The collectives table
+
+
+def _launch_kernel_map(ev: pd.DataFrame):
+    """Runtime/driver launch calls whose correlation names an NCCL/RCCL kernel: (launch rows, kernel rows)."""
+    kind = ev["kind"].to_numpy()
+    is_comm_kernel = (kind == int(Kind.KERNEL)) & _mask(ev, lambda s: "nccl" in s.lower() or "rccl" in s.lower())
+    k = np.flatnonzero(is_comm_kernel)
+    if not len(k):
+        return np.empty(0, np.int64), np.empty(0, np.int64), k
+    corr = ev["corr"].to_numpy()
+    win = ev["window"].to_numpy()
+    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
+    kd = pd.DataFrame({"window": win[k], "corr": corr[k], "krow": k})
+    kd = kd[kd["corr"] >= 0].drop_duplicates(["window", "corr"])
+    rd = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lrow": rt}).drop_duplicates(["window", "corr"])
+    m = rd.merge(kd, on=["window", "corr"], how="inner")
+    return m["lrow"].to_numpy(), m["krow"].to_numpy(), k
+
+
+def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per collective of the rank (see the module docstring for the sources; columns in COLUMNS)."""
+    ev = rank.events
+    if passes is None:
+        passes = backward_passes(rank, steps)
+    kind = ev["kind"].to_numpy()
+    names = ev["name"].to_numpy()
+    coll_col = ev["coll"].to_numpy()
+    cpu_like = kind <= int(Kind.USER_ANNOTATION)
+
+    # Issue records -----------------------------------------------------------------------------------------
+    is_rpc = (kind == int(Kind.CPU_OP)) & _mask(ev, lambda s: s == "record_param_comms")
+    rpc_rows = np.flatnonzero(is_rpc)
+    has_coll = pd.notna(coll_col[rpc_rows]) if len(rpc_rows) else np.zeros(0, bool)
+    R = rpc_rows[has_coll]
+    R = R[[normalize_collective(coll_col[r]) not in NOT_COLLECTIVES for r in R]] if len(R) else R
+    nccl_ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION)) & _mask(ev, lambda s: s.startswith(("nccl:", "rccl:"))))
+    gloo_ann = np.flatnonzero(cpu_like & _mask(ev, lambda s: s.startswith("gloo:")))
+    c10d = np.flatnonzero((kind == int(Kind.CPU_OP)) & _mask(
+        ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and normalize_collective(s) not in NOT_COLLECTIVES
+        and "wait" not in s))
+    fR, fA, fC = _frame(ev, R), _frame(ev, nccl_ann), _frame(ev, c10d)
+    if len(fA):
+        inside_r = _enclosing(fR, fA) >= 0
+        fA = fA[~inside_r]
+        fA = fA[[normalize_collective(names[r]) not in NOT_COLLECTIVES for r in fA["row"]]] if len(fA) else fA
+    if len(fC):
+        inner = pd.concat([fR, fA], ignore_index=True)
+        enc = _enclosing(fC, inner)
+        fC = fC[~np.isin(np.arange(len(fC)), enc[enc >= 0])]
+    issues = pd.concat([fR.assign(source="record_param_comms"), fA.assign(source="nccl annotation"),
+                        fC.assign(source="c10d op")], ignore_index=True)
+    issues = issues.sort_values("ts", kind="stable").reset_index(drop=True)
+
+    in_nel = ev["in_nelems"].to_numpy()
+    out_nel = ev["out_nelems"].to_numpy()
+    gsize = ev["group_size"].to_numpy()
+    seqc = ev["seq"].to_numpy()
+    dtype_col = ev["dtype"].to_numpy()
+    pg_col = ev["pg"].to_numpy()
+    in_dims = ev["in_dims"].to_numpy()
+    in_types = ev["in_types"].to_numpy()
+
+    recs = []
+    for r, src in zip(issues["row"].to_numpy(), issues["source"].to_numpy()):
+        if src == "record_param_comms":
+            nm = normalize_collective(coll_col[r])
+            nel = out_nel[r] if nm == "allgather" else in_nel[r]
+            dt = dtype_col[r]
+        else:
+            nm = normalize_collective(names[r])
+            nel = _dims_nelems(in_dims[r])
+            dt = _first_type(in_types[r])
+        recs.append({
+            "name": nm, "pg": pg_col[r] if isinstance(pg_col[r], str) else None,
+            "nelems": int(nel) if nel is not None and nel >= 0 else -1,
+            "dtype": dt if isinstance(dt, str) else None,
+            "group_size": int(gsize[r]), "seq": int(seqc[r]),
+            "cpu_ts_us": float(issues.loc[len(recs), "ts"]), "cpu_end": float(issues.loc[len(recs), "end"]),
+            "window": int(issues.loc[len(recs), "window"]), "tid": int(issues.loc[len(recs), "tid"]),
+            "source": src, "kernel": None, "kernel_ts_us": np.nan, "kernel_end": np.nan, "kernel_dur_us": np.nan,
+            "krow": -1, "backend": None, "exec_ts": np.nan, "exec_end": np.nan,
+        })
+
+    # NCCL kernels: the launch call inside the issue record (same thread) names the kernel ---------------------
+    lrows, krows, all_k = _launch_kernel_map(ev)
+    claimed = set()
+    if len(lrows) and len(issues):
+        fl = _frame(ev, lrows)
+        enc = _enclosing(issues[["ts", "end", "window", "tid"]], fl)
+        kts = ev["ts"].to_numpy()
+        kdur = ev["dur"].to_numpy()
+        for li, i in enumerate(enc):
+            if i < 0:
+                continue
+            kr = int(krows[li])
+            rec = recs[i]
+            s, e = kts[kr], kts[kr] + kdur[kr]
+            if rec["krow"] < 0:
+                rec.update(kernel=str(names[kr]), krow=kr, kernel_ts_us=s, kernel_end=e)
+            else:
+                rec["kernel_ts_us"] = min(rec["kernel_ts_us"], s)
+                rec["kernel_end"] = max(rec["kernel_end"], e)
+            claimed.add(kr)
+    for rec in recs:
+        if rec["krow"] >= 0:
+            kr = rec["krow"]
+            rec["kernel_dur_us"] = rec["kernel_end"] - rec["kernel_ts_us"]
+            rec["backend"] = "nccl"
+            rec["exec_ts"], rec["exec_end"] = rec["kernel_ts_us"], rec["kernel_end"]
+            # Older records lack sizes; NCCL 2.17-era kernels carry them.
+            if rec["nelems"] < 0 and in_nel[kr] >= 0:
+                rec["nelems"] = int(out_nel[kr] if rec["name"] == "allgather" and out_nel[kr] >= 0 else in_nel[kr])
+            if rec["dtype"] is None and isinstance(dtype_col[kr], str):
+                rec["dtype"] = dtype_col[kr]
+            if rec["group_size"] < 0 and gsize[kr] >= 0:
+                rec["group_size"] = int(gsize[kr])
+            if rec["pg"] is None and isinstance(pg_col[kr], str):
+                rec["pg"] = pg_col[kr]
+
+    # Gloo: pair issue records without a kernel with the gloo annotations, in order, per collective -----------
+    if len(gloo_ann):
+        g = _frame(ev, gloo_ann)
+        g["name"] = [normalize_collective(names[r]) for r in g["row"]]
+        g = g.sort_values("ts", kind="stable")
+        pending = [i for i, rec in enumerate(recs) if rec["krow"] < 0]
+        if not pending:  # no issue ops recorded: the gloo annotations are the records
+            for _, x in g.iterrows():
+                recs.append({
+                    "name": x["name"], "pg": None, "nelems": _dims_nelems(in_dims[x["row"]]),
+                    "dtype": _first_type(in_types[x["row"]]), "group_size": -1, "seq": -1,
+                    "cpu_ts_us": float(x["ts"]), "cpu_end": float(x["end"]), "window": int(x["window"]),
+                    "tid": int(x["tid"]), "source": "gloo annotation", "kernel": None, "kernel_ts_us": np.nan,
+                    "kernel_end": np.nan, "kernel_dur_us": np.nan, "krow": -1, "backend": "gloo",
+                    "exec_ts": float(x["ts"]), "exec_end": float(x["end"]),
+                })
+        else:
+            for nm, gg in g.groupby("name", sort=False):
+                mine = [i for i in pending if recs[i]["name"] == nm]
+                gts, gend, grow, gwin = (gg["ts"].to_numpy(), gg["end"].to_numpy(), gg["row"].to_numpy(),
+                                         gg["window"].to_numpy())
+                j = 0
+                for i in mine:
+                    rec = recs[i]
+                    # the work runs after it is issued, in the same window; earlier annotations are orphans
+                    while j < len(gts) and (gwin[j] != rec["window"] or gts[j] < rec["cpu_ts_us"] - 1.0):
+                        if gwin[j] > rec["window"]:
+                            break
+                        j += 1
+                    if j >= len(gts) or gwin[j] != rec["window"]:
+                        continue
+                    rec["backend"] = "gloo"
+                    rec["exec_ts"], rec["exec_end"] = float(gts[j]), float(gend[j])
+                    if rec["nelems"] < 0:
+                        rec["nelems"] = _dims_nelems(in_dims[grow[j]])
+                    if rec["dtype"] is None:
+                        rec["dtype"] = _first_type(in_types[grow[j]])
+                    j += 1
+
+    # Kernels no record claimed (CPU side missing): rows from the kernel's own args ----------------------------
+    kts = ev["ts"].to_numpy()
+    kdur = ev["dur"].to_numpy()
+    l_of_k = dict(zip(krows.tolist(), lrows.tolist())) if len(lrows) else {}
+    for kr in all_k:
+        kr = int(kr)
+        if kr in claimed:
+            continue
+        nm = normalize_collective(coll_col[kr]) if isinstance(coll_col[kr], str) else kernel_collective(str(names[kr]))
+        lr = l_of_k.get(kr)
+        recs.append({
+            "name": nm, "pg": pg_col[kr] if isinstance(pg_col[kr], str) else None,
+            "nelems": int(out_nel[kr] if nm == "allgather" and out_nel[kr] >= 0 else in_nel[kr]),
+            "dtype": dtype_col[kr] if isinstance(dtype_col[kr], str) else None,
+            "group_size": int(gsize[kr]), "seq": int(seqc[kr]),
+            "cpu_ts_us": float(kts[lr]) if lr is not None else np.nan,
+            "cpu_end": float(kts[lr] + kdur[lr]) if lr is not None else np.nan,
+            "window": int(ev["window"].to_numpy()[kr]), "tid": int(ev["tid"].to_numpy()[lr]) if lr is not None else -1,
+            "source": "kernel", "kernel": str(names[kr]), "kernel_ts_us": float(kts[kr]),
+            "kernel_end": float(kts[kr] + kdur[kr]), "kernel_dur_us": float(kdur[kr]), "krow": kr, "backend": "nccl",
+            "exec_ts": float(kts[kr]), "exec_end": float(kts[kr] + kdur[kr]),
+        })
+
+    if not recs:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    df = pd.DataFrame(recs)
+    default_backend = _default_backend(rank)
+    df["backend"] = df["backend"].fillna(default_backend)
+    # group size: from the record, else the process group's size in distributedInfo, else the world size
+    pg_sizes = _pg_sizes(rank)
+    gs = df["group_size"].to_numpy().astype(np.int64)
+    for i in np.flatnonzero(gs < 0):
+        gs[i] = pg_sizes.get(df["pg"].iat[i], pg_sizes.get(None, -1))
+    df["group_size"] = gs
+    size = np.array([dtype_bytes(d) for d in df["dtype"]], np.int64)
+    nel = df["nelems"].to_numpy().astype(np.int64)
+    df["bytes"] = np.where((nel >= 0) & (size > 0), nel * size, -1)
+    df["cpu_dur_us"] = (df["cpu_end"] - df["cpu_ts_us"]).astype(float)
+    df["ts_us"] = df["exec_ts"].astype(float)
+    df["dur_us"] = (df["exec_end"] - df["exec_ts"]).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((df["bytes"] > 0) & (df["dur_us"] > 0), df["bytes"] / (df["dur_us"] * 1e-6) / 1e9, np.nan)
+    df["algbw_gbps"] = algbw
+    df["busbw_gbps"] = algbw * np.array([busbw_factor(n, g) for n, g in zip(df["name"], df["group_size"])])
+
+    # Step of each collective: the step whose CPU window holds its issue; kernel-only rows: the kernel's step.
+    st = steps.table
+    step_ids = st["step"].to_numpy()
+    cs, ce, sw = st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), st["window"].to_numpy()
+    t = df["cpu_ts_us"].to_numpy()
+    k = np.searchsorted(cs, t, side="right") - 1 if len(cs) else np.full(len(t), -1)
+    kk = np.clip(k, 0, None)
+    ok = (k >= 0) & (len(cs) > 0) & ~np.isnan(t)
+    if len(cs):
+        ok &= (t < ce[kk]) & (df["window"].to_numpy() == sw[kk])
+    step_idx = np.where(ok, k, -1)
+    if len(steps.gpu_index):
+        gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
+        for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
+            p = gpos.get(int(df["krow"].iat[i]))
+            if p is not None and steps.gpu_step[p] >= 0:
+                step_idx[i] = steps.gpu_step[p]
+    df["step_index"] = step_idx
+    df["step"] = np.where(step_idx >= 0, step_ids[np.clip(step_idx, 0, None)] if len(step_ids) else -1, -1)
+
+    _assign_phase(df, passes)
+    df = df.sort_values(["cpu_ts_us", "ts_us"], kind="stable", na_position="last").reset_index(drop=True)
+    _assign_rounds(df)
+    return df
+
+
+def _default_backend(rank: RankTrace) -> str:
+    b = str((rank.distributed or {}).get("backend") or "").lower()
+    if "gloo" in b:
+        return "gloo"
+    if "nccl" in b or rank.has_gpu:
+        return "nccl"
+    return b or "unknown"
+
+
+def _pg_sizes(rank: RankTrace) -> dict:
+    out: dict = {}
+    dist = rank.distributed or {}
+    for pg in dist.get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_name") is not None and isinstance(pg.get("pg_size"), int):
+            out[str(pg["pg_name"])] = pg["pg_size"]
+    ws = rank.world_size or dist.get("world_size")
+    if isinstance(ws, int):
+        out[None] = ws
+        out.setdefault("0", ws)
+    return out
+
+
+def _assign_phase(df: pd.DataFrame, passes: pd.DataFrame) -> None:
+    """phase: 'backward' if issued inside a backward pass, 'forward' if a later pass of the same step follows
+    (issued before a backward: DDP's buffer broadcasts in forward), else 'other' (after the last backward)."""
+    n = len(df)
+    phase = np.full(n, "other", dtype=object)
+    pass_ = np.full(n, -1, np.int64)
+    if len(passes):
+        t = df["cpu_ts_us"].to_numpy()
+        si = df["step_index"].to_numpy()
+        for s, pg in passes.groupby("step_index"):
+            rows = np.flatnonzero(si == s)
+            if not len(rows):
+                continue
+            starts, ends = pg["start"].to_numpy(), pg["end"].to_numpy()
+            for r in rows:
+                inside = np.flatnonzero((starts <= t[r]) & (t[r] < ends))
+                if len(inside):
+                    phase[r] = "backward"
+                    pass_[r] = int(pg["pass_"].to_numpy()[inside[0]])
+                elif (starts > t[r]).any():
+                    phase[r] = "forward"
+    df["phase"] = phase
+    df["pass_"] = pass_
+
+
+def _period(seq: list) -> int:
+    """Smallest p dividing len(seq) with seq[i] == seq[i % p]: the length of one repeated round."""
+    n = len(seq)
+    for p in range(1, n + 1):
+        if n % p == 0 and all(seq[i] == seq[i % p] for i in range(n)):
+            return p
+    return n
+
+
+def _assign_rounds(df: pd.DataFrame) -> None:
+    """Gradient all-reduces (``grad``), their round within the step (one backward pass = one round) and bucket
+    index within the round. Without backward passes in the trace (kernels only), every all-reduce of a step is a
+    gradient all-reduce and rounds are the repeats of the step's bucket-size sequence."""
+    n = len(df)
+    grad = np.zeros(n, bool)
+    rnd = np.full(n, -1, np.int64)
+    bucket = np.full(n, -1, np.int64)
+    is_ar = (df["name"] == "allreduce").to_numpy()
+    has_passes = (df["pass_"] >= 0).any()
+    steps_ = df["step"].to_numpy()
+    for s in np.unique(steps_[steps_ >= 0]):
+        rows = np.flatnonzero((steps_ == s) & is_ar)
+        if not len(rows):
+            continue
+        if has_passes:
+            rows = rows[df["phase"].to_numpy()[rows] == "backward"]
+            if not len(rows):
+                continue
+            passes = df["pass_"].to_numpy()[rows]
+            for ri, p in enumerate(np.unique(passes)):
+                pr = rows[passes == p]
+                rnd[pr] = ri
+                bucket[pr] = np.arange(len(pr))
+        else:
+            sizes = df["bytes"].to_numpy()[rows].tolist()
+            p = _period(sizes) if all(x > 0 for x in sizes) else len(rows)
+            rnd[rows] = np.arange(len(rows)) // p
+            bucket[rows] = np.arange(len(rows)) % p
+        grad[rows] = True
+    df["grad"] = grad
+    df["round"] = rnd
+    df["bucket"] = bucket
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-step columns
+
+
+def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
+                 config=None) -> pd.DataFrame:
+    """Per-step communication numbers, one row per ra.steps row (same order)."""
+    small = getattr(config, "small_bucket_bytes", 4 * 1024 * 1024)
+    n = len(steps_df)
+    cols = {c: np.full(n, np.nan) for c in (
+        "comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes", "allreduce_time_us",
+        "allreduce_busbw_gbps", "backward_passes", "allreduce_rounds", "bucket_count", "grad_allreduce_count",
+        "bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes", "grad_bytes", "redundant_grad_bytes",
+        "small_bucket_count", "comm_small_time_share", "grad_comm_time_us", "comm_tail_us", "comm_tail_total_us",
+        "comm_exposed_us")}
+    step_ids = steps_df["step"].to_numpy()
+    tail = _comm_tails(coll, rank, steps, passes)
+    for i, s in enumerate(step_ids):
+        c = coll[coll["step"] == s] if len(coll) else coll
+        npass = int((passes["step_index"] == i).sum()) if len(passes) else 0
+        cols["backward_passes"][i] = npass
+        cols["comm_calls"][i] = len(c)
+        cols["comm_bytes"][i] = _sum_bytes(c["bytes"]) if len(c) else 0
+        cols["comm_time_us"][i] = float(c["dur_us"].sum(min_count=1)) if len(c) else 0.0
+        ar = c[c["name"] == "allreduce"] if len(c) else c
+        cols["allreduce_count"][i] = len(ar)
+        cols["allreduce_bytes"][i] = _sum_bytes(ar["bytes"]) if len(ar) else 0
+        cols["allreduce_time_us"][i] = float(ar["dur_us"].sum(min_count=1)) if len(ar) else 0.0
+        if len(ar) and (ar["bytes"] > 0).all() and (ar["dur_us"] > 0).all():
+            g = ar["group_size"].iloc[0]
+            cols["allreduce_busbw_gbps"][i] = ar["bytes"].sum() / (ar["dur_us"].sum() * 1e-6) / 1e9 * busbw_factor("allreduce", g)
+        if len(c) and (c["bytes"] >= 0).all() and c["dur_us"].notna().any():
+            tot = c["dur_us"].sum()
+            cols["comm_small_time_share"][i] = float(c.loc[c["bytes"] < small, "dur_us"].sum() / tot) if tot > 0 else np.nan
+        gr = c[c["grad"]] if len(c) else c
+        cols["grad_allreduce_count"][i] = len(gr)
+        cols["grad_comm_time_us"][i] = float(gr["dur_us"].sum(min_count=1)) if len(gr) else 0.0
+        rounds = int(gr["round"].nunique()) if len(gr) else 0
+        cols["allreduce_rounds"][i] = rounds
+        if rounds:
+            last = gr[gr["round"] == gr["round"].max()]
+            cols["bucket_count"][i] = len(last)
+            b = last["bytes"].to_numpy()
+            if (b > 0).all():
+                cols["bucket_min_bytes"][i] = b.min()
+                cols["bucket_median_bytes"][i] = float(np.median(b))
+                cols["bucket_max_bytes"][i] = b.max()
+                cols["grad_bytes"][i] = b.sum()
+                cols["redundant_grad_bytes"][i] = _sum_bytes(gr.loc[gr["round"] != gr["round"].max(), "bytes"])
+                cols["small_bucket_count"][i] = int((b < small).sum())
+        else:
+            cols["bucket_count"][i] = 0
+        t = tail.get(i)
+        if t:
+            cols["comm_tail_us"][i] = t[max(t)]
+            cols["comm_tail_total_us"][i] = sum(t.values())
+    # Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
+    # traces, the training thread's own time in collective calls plus the tails it waits out after each backward.
+    if "bd_comm_exposed" in steps_df:
+        cols["comm_exposed_us"] = steps_df["bd_comm_exposed"].to_numpy(dtype=float)
+    elif "cpu_comm" in steps_df:
+        tails = np.nan_to_num(cols["comm_tail_total_us"])
+        cols["comm_exposed_us"] = np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + tails,
+                                             steps_df["cpu_step_us"].to_numpy(dtype=float))
+    out = pd.DataFrame(cols, index=steps_df.index)
+    for c in ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
+              "grad_allreduce_count"):
+        out[c] = out[c].fillna(0).astype(np.int64)
+    return out
+
+
+def _sum_bytes(b: pd.Series) -> float:
+    b = b.to_numpy()
+    return float(b.sum()) if len(b) and (b >= 0).all() else (0.0 if not len(b) else np.nan)
+
+
+def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame) -> dict:
+    """Per step index: {pass: tail_us} for every backward pass that issued gradient all-reduces. A pass's tail is
+    the end of its last gradient all-reduce minus the end of its backward compute (GPU: the last non-communication
+    kernel launched by the pass's backward ops, i.e. before its last ``evaluate_function`` ended; CPU: the end of
+    its last backward op), clipped at 0."""
+    out: dict = {}
+    if not len(coll) or not len(passes):
+        return out
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    gpu = len(steps.gpu_index) > 0
+    if gpu:
+        kr = np.flatnonzero((kind == int(Kind.KERNEL)) & ~_mask(ev, lambda s: "nccl" in s.lower() or "rccl" in s.lower()))
+        corr, win = ev["corr"].to_numpy(), ev["window"].to_numpy()
+        rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
+        m = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lts": ev["ts"].to_numpy()[rt]}).drop_duplicates(
+            ["window", "corr"]).merge(
+            pd.DataFrame({"window": win[kr], "corr": corr[kr],
+                          "kend": ev["ts"].to_numpy()[kr] + ev["dur"].to_numpy()[kr]}), on=["window", "corr"])
+        lts, kend, lwin = m["lts"].to_numpy(), m["kend"].to_numpy(), m["window"].to_numpy()
+    step_ids = steps.table["step"].to_numpy()
+    for si, pg in passes.groupby("step_index"):
+        cs = coll[(coll["step"] == step_ids[si]) & coll["grad"]]
+        if not len(cs):
+            continue
+        tails = {}
+        for pnum, c in cs.groupby("pass_"):
+            p = pg[pg["pass_"] == pnum]
+            if not len(p):
+                continue
+            p = p.iloc[0]
+            comm_end = (c["ts_us"] + c["dur_us"]).max()
+            if not np.isfinite(comm_end):
+                continue
+            if gpu:
+                if c["kernel"].isna().all():
+                    continue
+                sel = (lwin == p["window"]) & (lts >= p["start"]) & (lts <= p["bwd_end"])
+                if not sel.any():
+                    continue
+                compute_end = kend[sel].max()
+            else:
+                compute_end = p["bwd_end"]
+            tails[int(pnum)] = max(0.0, float(comm_end - compute_end))
+        if tails:
+            out[int(si)] = tails
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
+    """Add ``ra.tables["collectives"]`` and the per-step communication columns to ``ra.steps``."""
+    passes = backward_passes(rank, steps)
+    coll = collectives_table(rank, steps, passes)
+    table = coll.reindex(columns=COLUMNS) if len(coll) else pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    if len(coll):
+        table = table.copy()
+        table["bytes"] = table["bytes"].astype(np.int64)
+        table["nelems"] = table["nelems"].astype(np.int64)
+        table["group_size"] = table["group_size"].astype(np.int64)
+        table["seq"] = table["seq"].astype(np.int64)
+        table["step"] = table["step"].astype(np.int64)
+        table["grad"] = table["grad"].astype(bool)
+    ra.tables["collectives"] = table
+    ra.tables["backward_passes"] = passes.assign(
+        step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])
+    cols = step_columns(coll if len(coll) else table, ra.steps, rank, steps, passes, config)
+    for c in cols.columns:
+        ra.steps[c] = cols[c].to_numpy()

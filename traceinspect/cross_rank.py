@@ -1,0 +1,270 @@
+"""Across ranks: match each collective on every rank, measure who arrives last, how long the others wait, and why.
+
+``cross_rank_analysis(ranks, config)`` (called by ``finish`` when more than one rank loaded) reads only the
+per-rank ``RankAnalysis`` summaries (``tables["collectives"]`` and ``steps``) and returns plain JSON-serializable
+data (dicts, lists, numbers, strings), stored as ``report.cross_rank``. Definitions: docs/communication.md.
+
+Clocks: a rank's times are on its own clock; ``base_ns / 1000 + ts`` puts every rank on the common one.
+
+Matching: by ``(process group, Seq)`` when every rank's records carry ``Seq`` for that group (newer torch), else by
+order within ``(step, process group, collective name)``. A collective some ranks lack is listed under
+``unmatched``, never an error.
+
+Arrival at a collective: the start of its execution (NCCL kernel or gloo work) on each rank when every rank has
+one, else the CPU issue time. ``skew_us`` = latest arrival - earliest; the rank with the latest arrival is
+``last_rank``. A rank that arrived early waits inside the collective until the last one arrives: its ``wait``
+interval is [its arrival, min(latest arrival, end of its execution)]. Waiting is time lost to the straggler, not
+the cost of communication; ``wait_us`` is the union of a rank's wait intervals per step (so concurrent
+collectives do not count twice).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+# Per-step numbers compared between the late rank and the others to name the cause (column, label). Only work
+# a rank does before it can arrive; waiting shows up on the *other* ranks, so the late rank's excess is the cause.
+CAUSE_METRICS = (
+    ("dataloader_us", "waiting for the DataLoader (input pipeline)"),
+    ("h2d_time_us", "host-to-device copies"),
+    ("sync_us", "host-device synchronizations"),
+    ("compute_kernel_time_us", "GPU compute kernels"),
+    ("cpu_forward", "forward pass on the CPU"),
+    ("cpu_backward", "backward pass on the CPU"),
+    ("cpu_optimizer", "optimizer step"),
+    ("cpu_other", "other work on the training thread"),
+)
+
+MAX_LISTED = 200  # collectives / mismatches listed individually in the result (the counts are always complete)
+
+
+def _f(x) -> float | None:
+    """JSON-safe float: None for NaN/inf."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    keep = ends > starts
+    if not keep.any():
+        return 0.0
+    s, e = starts[keep], ends[keep]
+    o = np.argsort(s)
+    s, e = s[o], e[o]
+    total, cur_s, cur_e = 0.0, s[0], e[0]
+    for a, b in zip(s[1:], e[1:]):
+        if a > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return float(total + cur_e - cur_s)
+
+
+def _all_collectives(ranks) -> pd.DataFrame:
+    frames = []
+    for ra in ranks:
+        c = ra.tables.get("collectives")
+        if c is None or not len(c):
+            continue
+        c = c[c["step"] >= 0]
+        if not len(c):
+            continue
+        base = ra.base_ns / 1000.0
+        d = pd.DataFrame({
+            "rank": ra.rank,
+            "step": c["step"].to_numpy().astype(np.int64),
+            "pg": c["pg"].fillna("").astype(str).to_numpy(),
+            "name": c["name"].astype(str).to_numpy(),
+            "seq": c["seq"].to_numpy().astype(np.int64),
+            "bytes": c["bytes"].to_numpy().astype(np.int64),
+            "issue": base + c["cpu_ts_us"].to_numpy(dtype=float),
+            "exec": base + c["ts_us"].to_numpy(dtype=float),
+            "exec_end": base + (c["ts_us"] + c["dur_us"]).to_numpy(dtype=float),
+            "grad": c["grad"].to_numpy().astype(bool) if "grad" in c else False,
+        })
+        order_t = np.where(np.isfinite(d["issue"]), d["issue"], d["exec"])
+        d = d.assign(_t=order_t).sort_values("_t", kind="stable").drop(columns="_t")
+        d["ordinal"] = d.groupby(["step", "pg", "name"], sort=False).cumcount()
+        frames.append(d)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def cross_rank_analysis(ranks, config=None) -> dict:
+    rank_ids = sorted(ra.rank for ra in ranks)
+    result: dict = {
+        "ranks": rank_ids, "match_by": None, "matched": 0, "unmatched_count": 0, "unmatched": [],
+        "collectives": [], "per_rank": [], "per_step": [], "wait": [], "straggler": None,
+    }
+    df = _all_collectives(ranks)
+    if not len(df):
+        return result
+    steps_of = {ra.rank: set(int(s) for s in ra.steps["step"]) for ra in ranks}
+
+    # Keys: (pg, seq) where every rank has Seq for that group; else (step, pg, name, ordinal).
+    seq_pgs = {pg for pg, g in df.groupby("pg") if (g["seq"] >= 0).all() and g["rank"].nunique() == len(rank_ids)}
+    use_seq = df["pg"].isin(seq_pgs).to_numpy()
+    df["key"] = [
+        f"seq|{pg}|{sq}" if u else f"ord|{st}|{pg}|{nm}|{o}"
+        for u, pg, sq, st, nm, o in zip(use_seq, df["pg"], df["seq"], df["step"], df["name"], df["ordinal"])
+    ]
+    result["match_by"] = "seq" if use_seq.all() else ("order" if not use_seq.any() else "seq+order")
+
+    coll_rows, unmatched = [], []
+    waits = []  # (rank, step, start, end, last_rank)
+    last_counts = {r: 0 for r in rank_ids}
+    skews_when_last = {r: [] for r in rank_ids}
+    n_matched = 0
+    for key, g in df.groupby("key", sort=False):
+        present = sorted(g["rank"].unique().tolist())
+        step = int(g["step"].iloc[0])
+        expected = [r for r in rank_ids if step in steps_of.get(r, set())]
+        missing = [r for r in expected if r not in present]
+        if missing or len(g) != len(present):
+            unmatched.append({"step": step, "pg": g["pg"].iloc[0], "name": g["name"].iloc[0],
+                              "seq": int(g["seq"].iloc[0]) if key.startswith("seq") else None,
+                              "ordinal": int(g["ordinal"].iloc[0]), "ranks_present": present,
+                              "ranks_missing": missing})
+        if len(present) < 2:
+            continue
+        g = g.drop_duplicates("rank")
+        if np.isfinite(g["exec"]).all():
+            arrival, basis = g["exec"].to_numpy(), "execution"
+        elif np.isfinite(g["issue"]).all():
+            arrival, basis = g["issue"].to_numpy(), "issue"
+        else:
+            continue
+        n_matched += 1
+        rk = g["rank"].to_numpy()
+        latest = arrival.max()
+        last = int(rk[int(np.argmax(arrival))])
+        first = int(rk[int(np.argmin(arrival))])
+        skew = float(latest - arrival.min())
+        issue = g["issue"].to_numpy()
+        issue_skew = float(np.nanmax(issue) - np.nanmin(issue)) if np.isfinite(issue).sum() >= 2 else float("nan")
+        last_counts[last] += 1
+        skews_when_last[last].append(skew)
+        if basis == "execution":
+            ends = g["exec_end"].to_numpy()
+            for r, a, e in zip(rk, arrival, ends):
+                w_end = min(latest, e)
+                if w_end > a:
+                    waits.append((int(r), step, float(a), float(w_end), last))
+        if len(coll_rows) < MAX_LISTED:
+            b = g["bytes"].to_numpy()
+            coll_rows.append({"step": step, "pg": g["pg"].iloc[0], "name": g["name"].iloc[0],
+                              "ordinal": int(g["ordinal"].iloc[0]),
+                              "bytes": int(b.max()) if (b >= 0).all() else None,
+                              "arrival": basis, "skew_us": _f(skew), "issue_skew_us": _f(issue_skew),
+                              "last_rank": last, "first_rank": first})
+    result["matched"] = n_matched
+    result["unmatched_count"] = len(unmatched)
+    result["unmatched"] = unmatched[:MAX_LISTED]
+    result["collectives"] = coll_rows
+
+    # Waiting: union per (rank, step), all collectives, and the part caused by each last rank.
+    wdf = pd.DataFrame(waits, columns=["rank", "step", "start", "end", "last"])
+    wait_rows = []
+    all_steps = sorted(set().union(*steps_of.values()))
+    for r in rank_ids:
+        for s in sorted(steps_of.get(r, ())):
+            w = wdf[(wdf["rank"] == r) & (wdf["step"] == s)] if len(wdf) else wdf
+            wait_rows.append({"rank": r, "step": s, "wait_us": _union_length(w["start"].to_numpy(), w["end"].to_numpy())
+                              if len(w) else 0.0})
+    result["wait"] = wait_rows
+
+    # Step wall (median over ranks) for shares.
+    walls = {}
+    for ra in ranks:
+        for s, w in zip(ra.steps["step"], ra.steps["wall_us"]):
+            walls.setdefault(int(s), []).append(float(w))
+    step_wall = {s: float(np.median(v)) for s, v in walls.items()}
+    mean_wall = float(np.mean(list(step_wall.values()))) if step_wall else float("nan")
+
+    per_rank = []
+    for r in rank_ids:
+        # Time the other ranks waited in collectives this rank arrived last at, per step (union per rank, mean
+        # over the other ranks), averaged over all steps.
+        caused = []
+        for s in all_steps:
+            others = [q for q in rank_ids if q != r and s in steps_of.get(q, ())]
+            if not others:
+                continue
+            vals = []
+            for q in others:
+                w = wdf[(wdf["rank"] == q) & (wdf["step"] == s) & (wdf["last"] == r)] if len(wdf) else wdf
+                vals.append(_union_length(w["start"].to_numpy(), w["end"].to_numpy()) if len(w) else 0.0)
+            caused.append(float(np.mean(vals)))
+        own_wait = [w["wait_us"] for w in wait_rows if w["rank"] == r]
+        sk = skews_when_last[r]
+        per_rank.append({
+            "rank": r, "last_count": last_counts[r],
+            "last_share": _f(last_counts[r] / n_matched) if n_matched else None,
+            "mean_skew_us": _f(np.mean(sk)) if sk else 0.0,
+            "max_skew_us": _f(np.max(sk)) if sk else 0.0,
+            "caused_wait_per_step_us": _f(np.mean(caused)) if caused else 0.0,
+            "wait_per_step_us": _f(np.mean(own_wait)) if own_wait else 0.0,
+            "wait_total_us": _f(np.sum(own_wait)) if own_wait else 0.0,
+        })
+    result["per_rank"] = per_rank
+
+    per_step = []
+    if len(coll_rows) or n_matched:
+        # recompute per step from all matched collectives (not only the listed ones)
+        pass
+    for s in all_steps:
+        ws = [w for w in wait_rows if w["step"] == s]
+        per_step.append({"step": s, "wall_us": _f(step_wall.get(s)),
+                         "max_wait_us": _f(max((w["wait_us"] for w in ws), default=0.0)),
+                         "wait_us_by_rank": [{"rank": w["rank"], "wait_us": _f(w["wait_us"])} for w in ws]})
+    result["per_step"] = per_step
+
+    # The straggler: the rank most often last; the cause: its largest per-step excess over the others.
+    if n_matched:
+        top = max(per_rank, key=lambda p: (p["last_count"], p["caused_wait_per_step_us"] or 0.0))
+        r = top["rank"]
+        cause, candidates = _cause(ranks, r)
+        caused = top["caused_wait_per_step_us"] or 0.0
+        result["straggler"] = {
+            "rank": r, "last_count": top["last_count"], "matched": n_matched, "last_share": top["last_share"],
+            "mean_skew_us": top["mean_skew_us"], "max_skew_us": top["max_skew_us"],
+            "caused_wait_per_step_us": caused, "step_wall_us": _f(mean_wall),
+            "skew_share": _f(caused / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
+            "mean_skew_share": _f(top["mean_skew_us"] / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
+            "cause": cause, "candidates": candidates,
+        }
+    return result
+
+
+def _cause(ranks, late: int) -> tuple[dict | None, list]:
+    """Compare the late rank's per-step numbers with the other ranks' median, per step, averaged over steps."""
+    by_rank = {ra.rank: ra.steps.set_index("step") for ra in ranks}
+    mine = by_rank.get(late)
+    others = [v for k, v in by_rank.items() if k != late]
+    if mine is None or not others:
+        return None, []
+    cands = []
+    for col, label in CAUSE_METRICS:
+        if col not in mine.columns or not all(col in o.columns for o in others):
+            continue
+        diffs, mine_v, oth_v = [], [], []
+        for s in mine.index:
+            vals = [float(o.at[s, col]) for o in others if s in o.index and pd.notna(o.at[s, col])]
+            if not vals or pd.isna(mine.at[s, col]):
+                continue
+            m, med = float(mine.at[s, col]), float(np.median(vals))
+            diffs.append(m - med)
+            mine_v.append(m)
+            oth_v.append(med)
+        if not diffs:
+            continue
+        cands.append({"metric": col, "label": label, "late_rank_us": _f(np.mean(mine_v)),
+                      "others_us": _f(np.mean(oth_v)), "difference_us": _f(np.mean(diffs))})
+    cands.sort(key=lambda c: -(c["difference_us"] or 0.0))
+    cause = cands[0] if cands and (cands[0]["difference_us"] or 0.0) > 0 else None
+    return cause, cands
