@@ -142,3 +142,21 @@ def test_nothing_usable_raises(tmp_path):
         load(tmp_path / "sub" if (tmp_path / "sub").mkdir() is None else None, NOCACHE)
     with pytest.raises(NoUsableTraceError, match="no such file"):
         load(tmp_path / "missing", NOCACHE)
+
+
+def test_mixed_runs_are_skipped_with_reasons(tmp_path):
+    """A copy of a rank's file and a file of another run (other world size) in one folder."""
+    need(DIFF_CONTROL)
+    from public_traces import DIFF_TEST
+    from traceinspect.api import analyze_path
+
+    need(DIFF_TEST)
+    shutil.copy(only_file(DIFF_CONTROL), tmp_path / "a.json.gz")
+    shutil.copy(only_file(DIFF_CONTROL), tmp_path / "b.json.gz")
+    shutil.copy(only_file(DIFF_TEST), tmp_path / "c.json.gz")
+    d = analyze_path(tmp_path, NOCACHE).to_dict()
+    assert [r["rank"] for r in d["ranks"]] == [3]
+    reasons = {s["file"].rsplit("/", 1)[-1]: s["reason"] for s in d["skipped"]}
+    assert "overlapping" in reasons["b.json.gz"] and "a.json.gz" in reasons["b.json.gz"]
+    assert "another run" in reasons["c.json.gz"] and "world size 2" in reasons["c.json.gz"]
+    assert d["missing_ranks"] == [0, 1, 2, 4, 5, 6, 7]

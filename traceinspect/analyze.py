@@ -103,19 +103,22 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
     return ra
 
 
+# Per-rank analyses that add tables / step columns, each a module with ``extend_rank(rank, steps, ra, config)``.
+RANK_EXTENSIONS = ("collectives", "precision", "utilization")
+
+
 def _rank_extensions():
-    """Per-rank analyses that add tables / step columns (communication, precision...), when present."""
+    import importlib
+
     out = []
-    try:
-        from .collectives import extend_rank as comm
-        out.append(comm)
-    except ImportError:
-        pass
-    try:
-        from .precision import extend_rank as prec
-        out.append(prec)
-    except ImportError:
-        pass
+    for name in RANK_EXTENSIONS:
+        try:
+            mod = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{name}":
+                raise
+            continue
+        out.append(mod.extend_rank)
     return out
 
 
@@ -263,6 +266,7 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     """The cross-rank stage and the rules, on per-rank summaries only."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     skipped = list(skipped)
+    ranks, world_size = _drop_other_runs(ranks, skipped, world_size)
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
     report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
@@ -285,6 +289,22 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     findings.sort(key=lambda f: (-severity_rank(f.severity), order.get(f.id, 99)))
     report.findings = findings
     return report
+
+
+def _drop_other_runs(ranks: list[RankAnalysis], skipped: list[Skipped], world_size):
+    """Files from different runs in one folder: keep the ranks that agree with the majority's world size."""
+    worlds = [r.world_size for r in ranks if r.world_size]
+    if len(set(worlds)) <= 1:
+        return ranks, world_size
+    majority = max(set(worlds), key=lambda w: (worlds.count(w), w))
+    keep = []
+    for r in ranks:
+        if r.world_size and r.world_size != majority:
+            for f in r.files:
+                skipped.append(Skipped(file=f, reason=f"from another run: world size {r.world_size}, the others {majority}"))
+        else:
+            keep.append(r)
+    return keep, majority
 
 
 def analyze(trace: Trace, config: Config = DEFAULT) -> Report:

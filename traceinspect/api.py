@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 
-from .analyze import Report, analyze
+from .analyze import Report
 from .config import Config, DEFAULT
-from .load import ProgressFn, load
+from .load import ProgressFn
+from .pipeline import analyze_local
 
 
 def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
@@ -24,4 +25,8 @@ def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: Pr
         from .distributed import analyze_with_dask
 
         return analyze_with_dask(path, config, scheduler=scheduler, progress=progress)
-    return analyze(load(path, config, progress), config)
+    if scheduler:
+        from .errors import UsageError
+
+        raise UsageError("--scheduler needs --executor dask")
+    return analyze_local(path, config, progress)

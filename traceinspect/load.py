@@ -200,11 +200,22 @@ def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]
         bases = [int(f.meta.get("baseTimeNanoseconds") or 0) for f in frs]
         base = min(bases)
         # Order windows by their start on the common clock.
-        starts = []
+        spans = []
         for f, b in zip(frs, bases):
             ts = f.columns["ts"]
-            starts.append((b - base) / 1000.0 + (float(ts.min()) if len(ts) else 0.0))
-        order = np.argsort(starts, kind="stable")
+            shift = (b - base) / 1000.0
+            spans.append((shift + float(ts.min()), shift + float((ts + f.columns["dur"]).max())) if len(ts) else (shift, shift))
+        order = list(np.argsort([sp[0] for sp in spans], kind="stable"))
+        # Successive windows of one rank never overlap in time; a file that does is another run's (or a copy).
+        kept = []
+        for i in order:
+            clash = next((j for j in kept if spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1]), None)
+            if clash is not None:
+                skipped.append(Skipped(file=frs[i].path, reason=f"rank {r} again, overlapping {frs[clash].path} in time "
+                                                                 "(a copy, or a file from another run)"))
+                continue
+            kept.append(i)
+        order = kept
         frames = []
         for w, i in enumerate(order):
             f = frs[i]
@@ -216,6 +227,7 @@ def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]
                 if not isinstance(events[col].dtype, pd.CategoricalDtype):
                     events[col] = events[col].astype("category")
         first = frs[order[0]]
+        frs_used = [frs[i] for i in order]
         dist = first.meta.get("distributedInfo") or {}
         world = dist.get("world_size") if isinstance(dist, dict) else None
         if world is None and isinstance(first.meta.get("traceinspect"), dict):
@@ -225,14 +237,14 @@ def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]
             RankTrace(
                 rank=r,
                 world_size=world,
-                files=[frs[i].path for i in order],
+                files=[f.path for f in frs_used],
                 events=events,
                 base_ns=base,
                 device_name=name,
                 compute_capability=cc,
                 distributed=dist if isinstance(dist, dict) else {},
                 metadata=first.meta.get("traceinspect") if isinstance(first.meta.get("traceinspect"), dict) else {},
-                windows=len(frs),
+                windows=len(frs_used),
             )
         )
     return ranks, skipped
@@ -277,6 +289,7 @@ def load(
     path: str | os.PathLike | Iterable,
     config: Config = DEFAULT,
     progress: ProgressFn | None = None,
+    allow_empty: bool = False,
 ) -> Trace:
     """Load every trace file under ``path`` (a folder or a file) into a ``Trace``.
 
@@ -310,6 +323,8 @@ def load(
             _cache.put(Path(p), res, config)
         results.append(res)
     if not results:
+        if allow_empty:
+            return Trace(source=source, ranks=[], skipped=skipped)
         reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
         raise NoUsableTraceError(f"{source}: no usable trace ({reasons})")
     results.sort(key=lambda r: r.path)
@@ -318,3 +333,31 @@ def load(
     worlds = [r.world_size for r in ranks if r.world_size]
     world = max(worlds) if worlds else None
     return Trace(source=source, ranks=ranks, skipped=skipped, world_size=world)
+
+
+def peek_rank(path: str | os.PathLike) -> int | None:
+    """The rank a file belongs to, from the metadata written before its events (cheap: reads the head only)."""
+    from .decode import iter_bytes, _EVENTS_KEY
+
+    head = b""
+    try:
+        for block in iter_bytes(str(path)):
+            head += block
+            m = _EVENTS_KEY.search(head)
+            if m or len(head) > (8 << 20):
+                break
+        m = _EVENTS_KEY.search(head)
+        meta = decode_meta(head[: m.end() - 1], b"}", str(path)) if m else {}
+    except (TraceFileError, OSError):
+        meta = {}
+    return _rank_of(meta, str(path))
+
+
+def group_by_rank(files: list[Path]) -> tuple[dict[int, list[str]], list[str]]:
+    """Files per rank (several files of a rank are its successive windows), plus files of unknown rank."""
+    by_rank: dict[int, list[str]] = {}
+    unknown: list[str] = []
+    for f in files:
+        r = peek_rank(f)
+        (by_rank.setdefault(r, []) if r is not None else unknown).append(str(f))
+    return by_rank, unknown
