@@ -132,3 +132,19 @@ def test_golden_text_and_json(folder, tmp_path):
         gj.write_text(json.dumps(d, indent=1, sort_keys=True))
     assert text == gt.read_text()
     assert d == json.loads(gj.read_text())
+
+
+def test_second_report_comes_from_cache_and_is_identical(tmp_path):
+    need(DIFF_CONTROL)
+    shutil.copy(only_file(DIFF_CONTROL), tmp_path / "rank3.json.gz")
+    first = run_cli("report", tmp_path, "--width", "120")
+    assert first.returncode == 0
+    assert list((tmp_path / ".traceinspect-cache").glob("*.result.pkl"))
+    second = run_cli("report", tmp_path, "--width", "120")
+    assert second.stdout == first.stdout
+    nocache = run_cli("report", tmp_path, "--width", "120", "--no-cache")
+    assert nocache.stdout == first.stdout
+    # A changed file invalidates the cache (size + mtime key): the skipped file shows up.
+    (tmp_path / "rank0.json").write_text("{")
+    third = run_cli("report", tmp_path, "--width", "120")
+    assert "rank0.json" in third.stdout and third.stdout != first.stdout

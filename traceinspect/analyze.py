@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .attribution import attribute, gpu_category_codes, sync_call_rows, GPU_CATEGORIES
+from .attribution import GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, sync_call_rows
 from .config import Config, DEFAULT
 from .findings import Finding, severity_rank
 from .steps import find_steps
@@ -136,7 +136,7 @@ def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:
     df = pd.DataFrame(
         {
             "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1)[isk],
-            "name": ev["name"].to_numpy()[gidx][isk],
+            "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[gidx][isk], ev["name"].cat.categories),
             "category": np.array(GPU_CATEGORIES)[cat[isk]],
             "dur": ev["dur"].to_numpy()[gidx][isk],
         }
@@ -154,7 +154,8 @@ def cpu_op_summary(rank: RankTrace, steps) -> pd.DataFrame:
     st = steps.table
     k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
     ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
-    df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]], "name": ev["name"].to_numpy()[rows][ok],
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]],
+                       "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[rows][ok], ev["name"].cat.categories),
                        "dur": ev["dur"].to_numpy()[rows][ok]})
     g = df.groupby(["step", "name"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
     return g.rename(columns={"sum": "total_us"})
@@ -167,9 +168,8 @@ def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
     cols = ["step", "name", "bytes", "dur_us", "ts_us", "op", "runtime_us"]
     if not len(gidx):
         return pd.DataFrame(columns=cols)
-    names = ev["name"].to_numpy()[gidx]
     kind = ev["kind"].to_numpy()[gidx]
-    sel = (kind == int(Kind.MEMCPY)) & np.array(["Pageable" in str(n) for n in names])
+    sel = (kind == int(Kind.MEMCPY)) & name_mask(ev, lambda s: "Pageable" in s)[gidx]
     if not sel.any():
         return pd.DataFrame(columns=cols)
     rows = gidx[sel]
@@ -178,7 +178,7 @@ def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
     copies = pd.DataFrame(
         {
             "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1),
-            "name": ev["name"].to_numpy()[rows].astype(str),
+            "name": name_strings(ev, rows),
             "bytes": ev["bytes"].to_numpy()[rows],
             "dur_us": ev["dur"].to_numpy()[rows],
             "ts_us": ev["ts"].to_numpy()[rows],
@@ -203,23 +203,28 @@ def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 
     First by External id (the innermost op carrying the call's id); where the trace's ids do not link (older
     Kineto wrote the correlation there), by time: the innermost op on the same thread that encloses the call.
+    Works on integer name codes; strings are made only for the answers.
     """
     out = np.full(len(rows), None, dtype=object)
     if not len(rows):
         return out
     kind = ev["kind"].to_numpy()
-    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
+    codes = ev["name"].cat.codes.to_numpy()
+    cats = ev["name"].cat.categories
+    cpu = np.flatnonzero((kind == int(Kind.CPU_OP)) & (ev["ext"].to_numpy() >= 0))
     ops = pd.DataFrame({"window": ev["window"].to_numpy()[cpu], "ext": ev["ext"].to_numpy()[cpu],
-                        "op": ev["name"].to_numpy()[cpu].astype(str), "odur": ev["dur"].to_numpy()[cpu]})
-    ops = ops[ops["ext"] >= 0].sort_values("odur").drop_duplicates(["window", "ext"])
+                        "code": codes[cpu], "odur": ev["dur"].to_numpy()[cpu]})
+    ops = ops.sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
     q = pd.DataFrame({"window": ev["window"].to_numpy()[rows], "ext": ev["ext"].to_numpy()[rows], "pos": np.arange(len(rows))})
     m = q.merge(ops, on=["window", "ext"], how="inner")
-    out[m["pos"].to_numpy()] = m["op"].to_numpy()
+    if len(m):
+        out[m["pos"].to_numpy()] = np.asarray(cats, dtype=object)[m["code"].to_numpy()]
     todo = np.flatnonzero(pd.isna(out))
-    if len(todo) and len(cpu):
+    cpu_all = np.flatnonzero(kind == int(Kind.CPU_OP))
+    if len(todo) and len(cpu_all):
         ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
         for (w, t), grp in pd.DataFrame({"w": win[rows[todo]], "t": tid[rows[todo]], "i": todo}).groupby(["w", "t"]):
-            cand = cpu[(win[cpu] == w) & (tid[cpu] == t)]
+            cand = cpu_all[(win[cpu_all] == w) & (tid[cpu_all] == t)]
             if not len(cand):
                 continue
             cand = cand[np.argsort(ts[cand], kind="stable")]
@@ -230,7 +235,7 @@ def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
                 # Walk back to the nearest op that still encloses the call (ops on a thread nest properly).
                 for k in range(j, max(j - 256, -1), -1):
                     if ends[k] >= x:
-                        out[i] = str(ev["name"].iat[cand[k]])
+                        out[i] = str(cats[codes[cand[k]]])
                         break
     return out
 
@@ -247,7 +252,7 @@ def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
     k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
     ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
     rows, k = rows[ok], k[ok]
-    df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": ev["name"].to_numpy()[rows].astype(str),
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": name_strings(ev, rows),
                        "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows]})
     df["op"] = df["op"].fillna("(no op: torch.cuda.synchronize or C++)")
     g = df.groupby(["step", "call", "op"], sort=False)["dur"].agg(["count", "sum"]).reset_index()

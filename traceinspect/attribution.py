@@ -71,7 +71,14 @@ def gpu_category_codes(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
+def name_strings(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Names of the given rows as an object array of str (without materializing the whole column)."""
+    cats = np.asarray(ev["name"].cat.categories, dtype=object)
+    return cats[ev["name"].cat.codes.to_numpy()[rows]]
+
+
+def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
+    """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     cats = ev["name"].cat.categories
     hit = np.array([bool(pred(str(c))) for c in cats] + [False])
     return hit[ev["name"].cat.codes.to_numpy()]
@@ -130,8 +137,8 @@ def _per_step_sum(values: np.ndarray, step: np.ndarray, mask: np.ndarray, n: int
 
 def _copy_columns(out, ev, gidx, gcat, gstep, n) -> None:
     names = ev["name"]
-    pageable = _name_mask(ev, lambda s: "Pageable" in s)[gidx]
-    pinned = _name_mask(ev, lambda s: "Pinned" in s)[gidx]
+    pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx]
+    pinned = name_mask(ev, lambda s: "Pinned" in s)[gidx]
     nbytes = np.maximum(ev["bytes"].to_numpy()[gidx], 0).astype(np.float64)
     dur = ev["dur"].to_numpy()[gidx]
     h2d, d2h, d2d = gcat == 2, gcat == 3, gcat == 4
@@ -171,9 +178,9 @@ def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     launch calls of pageable copies (the CPU waits for those to finish)."""
     kind = ev["kind"].to_numpy()
     is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
-    sync = is_rt & _name_mask(ev, lambda s: s in SYNC_CALLS)
+    sync = is_rt & name_mask(ev, lambda s: s in SYNC_CALLS)
     if len(gidx):
-        pageable = _name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
+        pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
         if pageable.any():
             keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
             rt = np.flatnonzero(is_rt)
@@ -188,7 +195,7 @@ def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
     kind = ev["kind"].to_numpy()
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
-    dl = np.flatnonzero(_name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")) & (kind <= int(Kind.USER_ANNOTATION)))
+    dl = np.flatnonzero(name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")) & (kind <= int(Kind.USER_ANNOTATION)))
     sync_rows = sync_call_rows(ev, gidx)
     cs = out["cpu_start_us"].to_numpy()
     ce = out["cpu_end_us"].to_numpy()
@@ -227,12 +234,12 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
     cpu_like = on_main & (kind <= int(Kind.USER_ANNOTATION))
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
-    is_step = _name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
+    is_step = name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
     masks = {
-        "dataloader": _name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")),
-        "comm": _name_mask(ev, lambda s: s.startswith(("gloo:", "nccl:", "c10d::", "record_param_comms"))),
-        "optimizer": _name_mask(ev, lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
-        "backward": _name_mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function")),
+        "dataloader": name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")),
+        "comm": name_mask(ev, lambda s: s.startswith(("gloo:", "nccl:", "c10d::", "record_param_comms"))),
+        "optimizer": name_mask(ev, lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
+        "backward": name_mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function")),
     }
     starts, ends, cats = [], [], []
     for c, name in enumerate(CPU_CATEGORIES[:4]):

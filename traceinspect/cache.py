@@ -13,10 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from .config import Config
-from .decode import NUM_COLS, RAW_COLS, STR_COLS
 
 FORMAT = 1
 
@@ -35,6 +32,9 @@ def _dirs(path: Path, config: Config) -> list[Path]:
 
 
 def get(path: Path, config: Config):
+    import numpy as np
+
+    from .decode import NUM_COLS, RAW_COLS, STR_COLS
     from .load import FileResult
 
     try:
@@ -65,7 +65,10 @@ def get(path: Path, config: Config):
 
 
 def put(path: Path, result, config: Config) -> None:
+    import numpy as np
     import pyarrow as pa
+
+    from .decode import NUM_COLS, RAW_COLS, STR_COLS
     import pyarrow.parquet as papq
 
     try:
@@ -92,6 +95,69 @@ def put(path: Path, result, config: Config) -> None:
             papq.write_table(table, tmp.name, compression="zstd")
             os.replace(tmp.name, d / f"{key}.parquet")
             (d / f"{key}.json").write_text(json.dumps({"meta": result.meta, "bytes": result.nbytes, "file": str(path)}))
+            return
+        except OSError:
+            continue
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results cache: a rank's analysis (pickled RankAnalysis) and a whole report (its JSON dict), keyed by the files
+# they came from (path, size, mtime), the configuration and the package version, so any change recomputes.
+
+
+def _code_version() -> str:
+    """Changes whenever the package's code changes (a hash of its source files' sizes and mtimes)."""
+    global _CODE
+    if _CODE is None:
+        pkg = Path(__file__).parent
+        h = hashlib.sha1()
+        for f in sorted(pkg.rglob("*.py")):
+            st = f.stat()
+            h.update(f"{f.relative_to(pkg)}|{st.st_size}|{st.st_mtime_ns}".encode())
+        _CODE = h.hexdigest()[:12]
+    return _CODE
+
+
+_CODE: str | None = None
+
+
+def result_key(kind: str, files: list, config: Config) -> str | None:
+    try:
+        parts = [kind, _code_version(), repr(sorted((k, v) for k, v in config.__dict__.items()
+                                                   if k not in ("workers", "use_cache", "cache_dir")))]
+        parts += [_key(Path(f)) for f in sorted(map(str, files))]
+    except OSError:
+        return None
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:24]
+
+
+def get_result(anchor: Path, key: str | None, config: Config):
+    if key is None:
+        return None
+    import pickle
+
+    for d in _dirs(anchor, config):
+        p = d / f"{key}.result.pkl"
+        if p.exists():
+            try:
+                with open(p, "rb") as f:
+                    return pickle.load(f)
+            except Exception:  # a damaged entry is a miss
+                return None
+    return None
+
+
+def put_result(anchor: Path, key: str | None, value, config: Config) -> None:
+    if key is None:
+        return
+    import pickle
+
+    for d in _dirs(anchor, config):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=d, suffix=".tmp", delete=False) as tmp:
+                pickle.dump(value, tmp, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp.name, d / f"{key}.result.pkl")
             return
         except OSError:
             continue

@@ -62,25 +62,37 @@ def _progress_factory(paths_total: int, enabled: bool):
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, workers, executor, scheduler,
            tensorboard, width, quiet) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
-    from .api import analyze_path
     from .config import Config
-    from .load import find_trace_files
     from .render.text import render_text
+
+    def find_trace_files(p):  # stdlib-only discovery keeps the cached path free of pandas/numpy imports
+        from .discover import find_trace_files as f
+
+        return f(p)
 
     config = Config(workers=workers, use_cache=not no_cache)
     try:
         total = sum(f.stat().st_size for f in find_trace_files(path))
     except (TraceInspectError, OSError):
         total = 0
-    prog, update = _progress_factory(total, sys.stderr.isatty() and not quiet)
-    if prog:
-        prog.start()
-    try:
-        rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler)
-    finally:
+    needs_report_object = bool(out_dir or html_path or tensorboard)
+    d = rep = None
+    if config.use_cache and not needs_report_object and executor == "local":
+        d = _cached_report(path, config)
+    if d is None:
+        prog, update = _progress_factory(total, sys.stderr.isatty() and not quiet)
         if prog:
-            prog.stop()
-    d = rep.to_dict()
+            prog.start()
+        from .api import analyze_path
+
+        try:
+            rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler)
+        finally:
+            if prog:
+                prog.stop()
+        d = rep.to_dict()
+        if config.use_cache:
+            _store_report(path, config, d)
     for s in d["skipped"]:
         click.echo(f"traceinspect: skipped {s['file']}: {s['reason']}", err=True)
     if strict and d["skipped"]:
@@ -114,6 +126,34 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
 
         if any(severity_rank(f["severity"]) >= severity_rank(fail_on) for f in d["findings"]):
             raise SystemExit(EXIT_FINDING)
+
+
+def _report_key(path: str, config):
+    """The whole report's cache key: every trace file (path, size, mtime), the configuration and the code."""
+    from . import cache
+    from .discover import find_trace_files
+
+    try:
+        files = find_trace_files(path)
+    except TraceInspectError:
+        return None, None
+    anchor = Path(path) if Path(path).is_dir() else Path(path).parent
+    return anchor / "_", cache.result_key("report", files, config)
+
+
+def _cached_report(path: str, config):
+    """A previous report of the unchanged folder, without importing the analysis stack (pandas, numpy)."""
+    from . import cache
+
+    anchor, key = _report_key(path, config)
+    return cache.get_result(anchor, key, config) if key else None
+
+
+def _store_report(path: str, config, d: dict) -> None:
+    from . import cache
+
+    anchor, key = _report_key(path, config)
+    cache.put_result(anchor, key, d, config)
 
 
 def _write(path: str, text: str) -> None:

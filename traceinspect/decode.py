@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import re
 import zlib
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Iterator
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from .errors import TraceFileError
 from .trace import CATEGORY_KIND
@@ -32,7 +35,7 @@ _INT_MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, frozen=True, gc=False):
     correlation: int = _INT_MISSING
     ext: int = msgspec.field(name="External id", default=_INT_MISSING)
     ext_lc: int = msgspec.field(name="external id", default=_INT_MISSING)
@@ -49,7 +52,7 @@ class Args(msgspec.Struct):
     in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
 
 
-class LooseArgs(msgspec.Struct):
+class LooseArgs(msgspec.Struct, frozen=True, gc=False):
     """Same keys with any type: for traces whose writers put strings or floats where Kineto puts ints."""
 
     correlation: Any = _INT_MISSING
@@ -68,7 +71,11 @@ class LooseArgs(msgspec.Struct):
     in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
 
 
-class Event(msgspec.Struct):
+_EMPTY_ARGS = Args()
+_EMPTY_LOOSE = LooseArgs()
+
+
+class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -76,10 +83,10 @@ class Event(msgspec.Struct):
     tid: int | str = _INT_MISSING
     ts: float = 0.0
     dur: float = 0.0
-    args: Args | None = None
+    args: Args = _EMPTY_ARGS
 
 
-class LooseEvent(msgspec.Struct):
+class LooseEvent(msgspec.Struct, gc=False):
     ph: Any = ""
     cat: Any = ""
     name: Any = ""
@@ -87,7 +94,7 @@ class LooseEvent(msgspec.Struct):
     tid: Any = _INT_MISSING
     ts: Any = 0.0
     dur: Any = 0.0
-    args: LooseArgs | None = None
+    args: LooseArgs = _EMPTY_LOOSE
 
 
 class _MetaEvent(msgspec.Struct):
@@ -102,8 +109,6 @@ class _MetaEvent(msgspec.Struct):
 
 _STRICT = msgspec.json.Decoder(list[Event])
 _LOOSE = msgspec.json.Decoder(list[LooseEvent])
-_EMPTY_ARGS = Args()
-_EMPTY_LOOSE = LooseArgs()
 _CAT = {k: int(v) for k, v in CATEGORY_KIND.items()}
 
 # Columns a piece returns: numeric arrays plus per-piece string tables for the categorical ones.
@@ -126,67 +131,107 @@ def _as_str(v) -> str | None:
     return None if v is None else str(v)
 
 
-def _kind_of(cat: str) -> int:
-    k = _CAT.get(cat)
+def _kind_of(cat) -> int:
+    k = _CAT.get(cat) if isinstance(cat, str) else -1
     if k is None:
-        k = _CAT.get(cat.lower(), -1) if isinstance(cat, str) else -1
+        k = _CAT.get(cat.lower(), -1)
         _CAT[cat] = k  # remember this spelling; there are only a handful per trace
     return k
 
 
+class _CatLookup(dict):
+    """cat string -> Kind code (or -1); a dict subclass so the common case is one C-level lookup."""
+
+    def __missing__(self, cat):
+        k = _kind_of(cat)
+        if isinstance(cat, str):
+            self[cat] = k
+        return k
+
+
+_CAT_LOOKUP = _CatLookup(_CAT).__getitem__
+
+
+def _IS_X(ph) -> bool:  # noqa: N802 - used as a mapped function
+    return ph == "X"
+
+
 def _intern(values: list) -> tuple[np.ndarray, list]:
-    """Categorical codes (int32, -1 for None) and the table of distinct strings of one piece."""
-    table: dict = {}
-    setdefault = table.setdefault
-    codes = np.fromiter((-1 if v is None else setdefault(v, len(table)) for v in values), np.int32, len(values))
-    return codes, list(table)
+    """Categorical codes (int32, -1 for None) and the table of distinct strings of one piece (hashing in C)."""
+    if not values:
+        return np.empty(0, np.int32), []
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+    return codes.astype(np.int32, copy=False), list(uniques)
+
+
+def _ints(values, n: int) -> np.ndarray:
+    """int64 column from Python values; non-integers (strings, floats, None) become -1 on the slow path."""
+    try:
+        return np.fromiter(values, np.int64, n)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((_as_int(v) for v in values), np.int64, n)
+
+
+def _floats(values, n: int) -> np.ndarray:
+    try:
+        return np.fromiter(values, np.float64, n)
+    except (TypeError, ValueError):
+        return np.fromiter((float(v) if isinstance(v, (int, float)) else 0.0 for v in values), np.float64, n)
+
+
+_G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "ext",
+                                          "ext_lc", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq",
+                                          "dtype", "coll", "pg", "in_dims", "in_types")}
 
 
 def columns_from_events(events: list, loose: bool = False) -> dict:
-    """Turn decoded events into columns, keeping only complete events of a category the analyses use."""
-    kind_of = _kind_of
-    keep = [(e, k) for e in events if e.ph == "X" and (k := kind_of(e.cat)) >= 0]
-    n = len(keep)
-    evs = [e for e, _ in keep]
-    out: dict = {"n": n}
-    out["kind"] = np.fromiter((k for _, k in keep), np.uint8, n)
-    del keep
-    empty = _EMPTY_LOOSE if loose else _EMPTY_ARGS
-    args = [e.args or empty for e in evs]
-    if not loose:
-        out["pid"] = np.fromiter((p if type(p) is int else -1 for p in (e.pid for e in evs)), np.int64, n)
-        out["tid"] = np.fromiter((t if type(t) is int else -1 for t in (e.tid for e in evs)), np.int64, n)
-        out["ts"] = np.fromiter((e.ts for e in evs), np.float64, n)
-        out["dur"] = np.fromiter((e.dur for e in evs), np.float64, n)
-        out["corr"] = np.fromiter((a.correlation for a in args), np.int64, n)
-        ext = np.fromiter((a.ext for a in args), np.int64, n)
-        ext_lc = np.fromiter((a.ext_lc for a in args), np.int64, n)
-        out["ext"] = np.where(ext >= 0, ext, ext_lc)
-        for col in ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"):
-            out[col] = np.fromiter((getattr(a, col) for a in args), np.int64, n)
-        names = [e.name for e in evs]
-        out["dtype"] = _intern([a.dtype for a in args])
-        out["coll"] = _intern([a.coll for a in args])
-        out["pg"] = _intern([a.pg for a in args])
-    else:
-        out["pid"] = np.fromiter((_as_int(e.pid) for e in evs), np.int64, n)
-        out["tid"] = np.fromiter((_as_int(e.tid) for e in evs), np.int64, n)
-        out["ts"] = np.fromiter((float(e.ts or 0) for e in evs), np.float64, n)
-        out["dur"] = np.fromiter((float(e.dur or 0) for e in evs), np.float64, n)
-        out["corr"] = np.fromiter((_as_int(a.correlation) for a in args), np.int64, n)
-        ext = np.fromiter((_as_int(a.ext) for a in args), np.int64, n)
-        ext_lc = np.fromiter((_as_int(a.ext_lc) for a in args), np.int64, n)
-        out["ext"] = np.where(ext >= 0, ext, ext_lc)
-        for col in ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"):
-            out[col] = np.fromiter((_as_int(getattr(a, col)) for a in args), np.int64, n)
-        names = [_as_str(e.name) or "" for e in evs]
+    """Turn decoded events into columns, keeping only complete events of a category the analyses use.
+
+    Attribute access goes through C (``map(attrgetter)``) and strings are factorized by pandas: building columns
+    costs about as much as decoding, not several times more.
+    """
+    g = _G
+    kinds_all = np.fromiter(map(_CAT_LOOKUP, map(g["cat"], events)), np.int16, len(events))
+    is_x = np.fromiter(map(_IS_X if loose else "X".__eq__, map(g["ph"], events)), bool, len(events))
+    keep = is_x & (kinds_all >= 0)
+    evs = list(compress(events, keep))
+    n = len(evs)
+    out: dict = {"n": n, "kind": kinds_all[keep].astype(np.uint8)}
+    args = list(map(g["args"], evs))
+    out["pid"] = _ints(list(map(g["pid"], evs)), n)
+    out["tid"] = _ints(list(map(g["tid"], evs)), n)
+    out["ts"] = _floats(list(map(g["ts"], evs)), n)
+    out["dur"] = _floats(list(map(g["dur"], evs)), n)
+    out["corr"] = _ints(list(map(g["correlation"], args)), n)
+    ext = _ints(list(map(g["ext"], args)), n)
+    ext_lc = _ints(list(map(g["ext_lc"], args)), n)
+    out["ext"] = np.where(ext >= 0, ext, ext_lc)
+    for col in ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"):
+        out[col] = _ints(list(map(g[col], args)), n)
+    names = list(map(g["name"], evs))
+    if loose:
+        names = [_as_str(x) or "" for x in names]
         out["dtype"] = _intern([_as_str(a.dtype) for a in args])
         out["coll"] = _intern([_as_str(a.coll) for a in args])
         out["pg"] = _intern([_as_str(a.pg) for a in args])
+    else:
+        out["dtype"] = _intern(list(map(g["dtype"], args)))
+        out["coll"] = _intern(list(map(g["coll"], args)))
+        out["pg"] = _intern(list(map(g["pg"], args)))
     out["name"] = _intern(names)
+    # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
+    codes, table = out["name"]
+    wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] == 0)
     for col in RAW_COLS:
-        raws = [getattr(a, col) for a in args]
-        out[col] = [bytes(r).decode() if r else None for r in raws] if any(raws) else None
+        rows = np.flatnonzero(wanted)
+        vals = [bytes(getattr(args[i], col)).decode() or None for i in rows]
+        if any(vals):
+            full = [None] * n
+            for i, v in zip(rows, vals):
+                full[i] = v
+            out[col] = full
+        else:
+            out[col] = None
     return out
 
 
@@ -244,6 +289,9 @@ def iter_bytes(path: str) -> Iterator[bytes]:
                 return
             yield block
 
+
+# CPU ops whose input shapes / dtypes the analyses read (matrix multiplies, convolutions, attention).
+_SHAPE_OPS = re.compile(r"mm|matmul|linear|conv|attention|einsum|baddbmm|addmm", re.IGNORECASE)
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 

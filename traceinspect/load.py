@@ -18,35 +18,14 @@ import pandas as pd
 
 from . import cache as _cache
 from .config import Config, DEFAULT
+from .discover import find_trace_files
 from .decode import NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, read_pieces
 from .errors import NoUsableTraceError, TraceFileError
 from .trace import RankTrace, Skipped, Trace
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-# Files we write ourselves or tools write next to traces; never traces.
-IGNORED_NAMES = re.compile(r"^(report\.json|.*\.report\.json|results\.json)$")
-CACHE_DIRNAME = ".traceinspect-cache"
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
 
 ProgressFn = Callable[[str, int, int], None]  # (file, bytes done in this call, total bytes of all files)
-
-
-def find_trace_files(path: str | os.PathLike) -> list[Path]:
-    """Every .json / .json.gz under ``path`` (recursively), or ``path`` itself if it is a file."""
-    p = Path(path)
-    if not p.exists():
-        raise NoUsableTraceError(f"{p}: no such file or folder")
-    if p.is_file():
-        return [p]
-    files = [
-        f
-        for f in p.rglob("*")
-        if f.is_file()
-        and f.name.endswith(TRACE_SUFFIXES)
-        and CACHE_DIRNAME not in f.parts
-        and not IGNORED_NAMES.match(f.name)
-    ]
-    return sorted(files)
 
 
 @dataclass
