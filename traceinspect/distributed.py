@@ -9,6 +9,7 @@ report is the same. Workers must see the trace files under the same paths (a sha
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from .analyze import Report, finish
@@ -44,7 +45,8 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
         except (OSError, TimeoutError) as exc:
             raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
     try:
-        futures = client.map(rank_task, groups, config=config, pure=False)
+        # One core per task: Dask workers are daemonic and must not start process pools of their own.
+        futures = client.map(rank_task, groups, config=replace(config, workers=1), pure=False)
         ranks, skipped = [], []
         for fs, (r, s) in zip(groups, client.gather(futures)):
             ranks.extend(r)
