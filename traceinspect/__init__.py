@@ -8,21 +8,17 @@ __version__ = "0.1.0"
 __all__ = ["load", "analyze", "analyze_path", "Config", "__version__"]
 
 
+_LAZY = {"load": ("load", "load"), "analyze": ("analyze", "analyze"), "analyze_path": ("api", "analyze_path"),
+         "Config": ("config", "Config")}
+
+
 def __getattr__(name):  # lazy: importing the package stays cheap (and works without the analysis deps)
-    if name == "load":
-        from .load import load
+    if name not in _LAZY:
+        raise AttributeError(name)
+    import importlib
 
-        return load
-    if name == "analyze":
-        from .analyze import analyze
-
-        return analyze
-    if name == "analyze_path":
-        from .api import analyze_path
-
-        return analyze_path
-    if name == "Config":
-        from .config import Config
-
-        return Config
-    raise AttributeError(name)
+    module, attr = _LAZY[name]
+    obj = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    # Importing the submodule set the package attribute to the module; the API name must be the function.
+    globals()[name] = obj
+    return obj

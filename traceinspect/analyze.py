@@ -15,6 +15,7 @@ from .attribution import GPU_CATEGORIES, attribute, gpu_category_codes, name_mas
 from .config import Config, DEFAULT
 from .findings import Finding, severity_rank
 from .steps import find_steps
+from .timeline import step_timeline
 from .trace import Kind, RankTrace, Skipped, Trace
 
 
@@ -34,6 +35,7 @@ class RankAnalysis:
     distributed: dict = field(default_factory=dict)
     base_ns: int = 0
     event_count: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +85,7 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
         "cpu_ops": cpu_op_summary(rank, steps),
         "pageable_copies": pageable_copies(rank, steps),
         "sync_calls": sync_calls(rank, steps),
+        "timeline": step_timeline(rank, steps),  # one (the median) step's GPU intervals, for the timeline plot
     }
     ra = RankAnalysis(
         rank=rank.rank,
@@ -99,7 +102,11 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
         event_count=len(rank.events),
     )
     for extend in _rank_extensions():
-        extend(rank, steps, ra, config)
+        try:
+            extend(rank, steps, ra, config)
+        except Exception as exc:  # one failing analysis must not take the rank's report down
+            ra.errors.append(f"{extend.__module__.rsplit('.', 1)[-1]} analysis failed on rank {ra.rank}: "
+                             f"{type(exc).__name__}: {exc}")
     return ra
 
 
@@ -275,7 +282,7 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
     report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
-                    missing_ranks=missing)
+                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors])
     try:
         from .cross_rank import cross_rank_analysis
     except ImportError:

@@ -259,8 +259,14 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
     fb = np.array([first_bwd.get(int(j), -np.inf) for j in k])
     fwd = generic[(k >= 0) & (ts[generic] < fb)]
     starts.append(ts[fwd]); ends.append(np.minimum(end[fwd], fb[(k >= 0) & (ts[generic] < fb)])); cats.append(np.full(len(fwd), 4))
-    tl = build_timeline(np.concatenate(starts), np.concatenate(ends), np.concatenate(cats), 5)
+    # Waiting for a collective: gloo runs it on its own threads and the training thread sits in an unannotated
+    # gap until it is done (end of backward). Collective spans on any thread fill only such gaps (lowest priority).
+    coll_any = np.flatnonzero(masks["comm"] & (kind <= int(Kind.USER_ANNOTATION)) & ~on_main)
+    starts.append(ts[coll_any]); ends.append(end[coll_any]); cats.append(np.full(len(coll_any), 5))
+    tl = build_timeline(np.concatenate(starts), np.concatenate(ends), np.concatenate(cats), 6)
     excl = tl.exclusive_in(cs, ce)
+    excl[1] += excl[5]  # comm = collectives on the training thread + waiting for collectives elsewhere
+    excl = excl[:5]
     for c, name in enumerate(CPU_CATEGORIES[:5]):
         out[f"cpu_{name}"] = excl[c]
     out["cpu_other"] = (ce - cs) - excl.sum(axis=0)

@@ -15,12 +15,24 @@ from pathlib import Path
 
 from .config import Config
 
-FORMAT = 1
+FORMAT = 2
+
+
+def _decoder_version() -> str:
+    """Cached columns are only valid for the decoder that made them: a hash of its source."""
+    global _DECODER
+    if _DECODER is None:
+        src = Path(__file__).with_name("decode.py").read_bytes()
+        _DECODER = hashlib.sha1(src).hexdigest()[:12]
+    return _DECODER
+
+
+_DECODER: str | None = None
 
 
 def _key(path: Path) -> str:
     st = path.stat()
-    raw = f"{FORMAT}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    raw = f"{FORMAT}|{_decoder_version()}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 

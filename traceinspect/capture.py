@@ -224,12 +224,12 @@ def _json_safe(obj: Any) -> Any:
 
 def _check_writable(out_dir: Path) -> None:
     """Create ``out_dir`` and prove a file can be written there, now rather than at step N."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CaptureError(f"the trace folder {out_dir} exists and is not a folder")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CaptureError(f"cannot create the trace folder {out_dir}: {e.strerror or e}") from None
-    if not out_dir.is_dir():
-        raise CaptureError(f"the trace folder {out_dir} exists and is not a folder")
     try:
         with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".traceinspect-write-test-"):
             pass
@@ -279,7 +279,8 @@ class Capture:
         self.steps = 0
         self.files: list[Path] = []
         self.rank, self.world_size = detect_rank()
-        self.profiler: Any = None  # torch.profiler.profile, set in __enter__
+        self.profiler: Any = None  # torch.profiler.profile, made in __enter__, kept after exit
+        self._running = False
         self._job = {
             "dataloader": describe_dataloader(dataloader),
             "ddp": describe_ddp(model),
@@ -344,7 +345,7 @@ class Capture:
         if extra is not None:
             self._job["extra"] = {**(self._job["extra"] or {}), **_json_safe(dict(extra))}
         self.metadata = self._build_metadata()
-        if self.profiler is not None:
+        if self._running:
             self._install_metadata(now=True)
 
     def _metadata_json(self) -> str:
@@ -401,26 +402,44 @@ class Capture:
             record_shapes=self.record_shapes, profile_memory=self.profile_memory,
             with_stack=self.with_stack)
         self._install_metadata()
-        self.profiler.__enter__()
+        with warnings.catch_warnings():  # a schedule without wait prepares its first window here
+            warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+            self.profiler.__enter__()
+        self._running = True
         if not callable(getattr(self.profiler, "preset_metadata_json", None)):
             self._install_metadata()  # schedule may start recording at step 0
         return self
 
     def step(self) -> None:
         """Mark the end of one training step (call it once per optimizer step)."""
-        if self.profiler is None:
+        if not self._running:
             raise CaptureError("prof.step() called outside the `with traceinspect.capture.profile(...)` block")
         self.steps += 1
-        self.profiler.step()
+        if self._starts_new_cycle():
+            # each window goes to its own file on purpose; torch's "clears events at the end
+            # of each cycle" warning would only confuse. Filtering only on these steps keeps
+            # the user's own warning filters (and their once-registries) untouched elsewhere.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+                self.profiler.step()
+        else:
+            self.profiler.step()
         if not callable(getattr(self.profiler, "preset_metadata_json", None)):
             self._install_metadata()
 
+    def _starts_new_cycle(self) -> bool:
+        """Whether the coming ``profiler.step()`` prepares a new window (after the first)."""
+        from torch.profiler import ProfilerAction
+
+        prof = self.profiler
+        if not hasattr(prof, "schedule"):
+            return False
+        idle = (ProfilerAction.NONE, ProfilerAction.RECORD_AND_SAVE)
+        return prof.current_action in idle and prof.schedule(prof.step_num + 1) != ProfilerAction.NONE
+
     def __exit__(self, exc_type, exc, tb) -> bool:
-        prof, self.profiler = self.profiler, None
-        try:
-            prof.__exit__(exc_type, exc, tb)
-        finally:
-            self._profiler_done = prof
+        self._running = False
+        self.profiler.__exit__(exc_type, exc, tb)
         if exc_type is not None:
             return False  # never hide the training loop's own error behind ours
         if self.steps < self.required_steps:
@@ -451,7 +470,7 @@ class Capture:
 
     def __getattr__(self, name: str) -> Any:
         # only reached for attributes Capture does not define: forward to torch's profiler
-        profiler = self.__dict__.get("profiler") or self.__dict__.get("_profiler_done")
+        profiler = self.__dict__.get("profiler")
         if profiler is None or name.startswith("__"):
             raise AttributeError(name)
         return getattr(profiler, name)

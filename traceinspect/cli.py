@@ -75,7 +75,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         total = sum(f.stat().st_size for f in find_trace_files(path))
     except (TraceInspectError, OSError):
         total = 0
-    needs_report_object = bool(out_dir or html_path or tensorboard)
+    needs_report_object = bool(out_dir or html_path)
     d = rep = None
     if config.use_cache and not needs_report_object and executor == "local":
         d = _cached_report(path, config)
@@ -201,17 +201,20 @@ def explain(rule_id) -> None:
 
 
 def _register_optional() -> None:
+    """Commands in their own modules (capture needs no analysis stack; diff needs no capture stack)."""
     try:
         from .cli_capture import capture, demo
+
+        cli.add_command(capture)
+        cli.add_command(demo)
     except ImportError:
-        return
-    cli.add_command(capture)
-    cli.add_command(demo)
+        pass
     try:
         from .cli_diff import diff
+
+        cli.add_command(diff)
     except ImportError:
-        return
-    cli.add_command(diff)
+        pass
 
 
 _register_optional()

@@ -129,7 +129,7 @@ def busbw_factor(name: str, n) -> float:
 
 def _dims_nelems(text) -> int:
     """Elements of the first argument of an ``Input Dims`` JSON text ([[8, 1024]] or a TensorList [[[16770]]])."""
-    if not text:
+    if not isinstance(text, (str, bytes)) or not text:
         return -1
     try:
         dims = json.loads(text)
@@ -148,7 +148,7 @@ def _dims_nelems(text) -> int:
 
 
 def _first_type(text):
-    if not text:
+    if not isinstance(text, (str, bytes)) or not text:
         return None
     try:
         types = json.loads(text)
@@ -201,6 +201,20 @@ def _enclosing(outer: pd.DataFrame, inner: pd.DataFrame) -> np.ndarray:
             hit = valid & (oend[idx_c] >= iend - 1e-6)
             res[hit] = opos[idx_c[hit]]
         out[ig.index.to_numpy()] = res
+    return out
+
+
+def _nested(df: pd.DataFrame) -> np.ndarray:
+    """For each row, whether it lies inside an earlier-starting row of the same frame on the same (window, tid)."""
+    out = np.zeros(len(df), bool)
+    if len(df) < 2:
+        return out
+    d = df.reset_index(drop=True)
+    for _, g in d.groupby(["window", "tid"], sort=False):
+        g = g.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
+        ends = g["end"].to_numpy()
+        prev = np.concatenate([[-np.inf], np.maximum.accumulate(ends)[:-1]])
+        out[g.index.to_numpy()] = g["end"].to_numpy() <= prev
     return out
 
 
@@ -340,6 +354,7 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
         inner = pd.concat([fR, fA], ignore_index=True)
         enc = _enclosing(fC, inner)
         fC = fC[~np.isin(np.arange(len(fC)), enc[enc >= 0])]
+        fC = fC[~_nested(fC)]  # e.g. _c10d_functional::all_reduce around c10d::allreduce_: keep the outer one
     issues = pd.concat([fR.assign(source="record_param_comms"), fA.assign(source="nccl annotation"),
                         fC.assign(source="c10d op")], ignore_index=True)
     issues = issues.sort_values("ts", kind="stable").reset_index(drop=True)
@@ -353,6 +368,7 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
     in_dims = ev["in_dims"].to_numpy()
     in_types = ev["in_types"].to_numpy()
 
+    gdur_all = ev["dur"].to_numpy()
     recs = []
     for r, src in zip(issues["row"].to_numpy(), issues["source"].to_numpy()):
         if src == "record_param_comms":
@@ -369,9 +385,11 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
             "dtype": dt if isinstance(dt, str) else None,
             "group_size": int(gsize[r]), "seq": int(seqc[r]),
             "cpu_ts_us": float(issues.loc[len(recs), "ts"]), "cpu_end": float(issues.loc[len(recs), "end"]),
+            "cpu_dur": float(gdur_all[r]),
             "window": int(issues.loc[len(recs), "window"]), "tid": int(issues.loc[len(recs), "tid"]),
             "source": src, "kernel": None, "kernel_ts_us": np.nan, "kernel_end": np.nan, "kernel_dur_us": np.nan,
-            "krow": -1, "backend": None, "exec_ts": np.nan, "exec_end": np.nan,
+            "krow": -1, "backend": None, "exec_ts": np.nan, "exec_end": np.nan, "exec_dur": np.nan,
+            "nkernels": 0,
         })
 
     # NCCL kernels: the launch call inside the issue record (same thread) names the kernel ---------------------
@@ -389,17 +407,20 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
             rec = recs[i]
             s, e = kts[kr], kts[kr] + kdur[kr]
             if rec["krow"] < 0:
-                rec.update(kernel=str(names[kr]), krow=kr, kernel_ts_us=s, kernel_end=e)
+                rec.update(kernel=str(names[kr]), krow=kr, kernel_ts_us=s, kernel_end=e, kernel_dur_us=float(kdur[kr]),
+                           nkernels=1)
             else:
+                rec["nkernels"] += 1
                 rec["kernel_ts_us"] = min(rec["kernel_ts_us"], s)
                 rec["kernel_end"] = max(rec["kernel_end"], e)
             claimed.add(kr)
     for rec in recs:
         if rec["krow"] >= 0:
             kr = rec["krow"]
-            rec["kernel_dur_us"] = rec["kernel_end"] - rec["kernel_ts_us"]
+            if rec["nkernels"] > 1:  # several kernels (coalesced): first start to last end
+                rec["kernel_dur_us"] = rec["kernel_end"] - rec["kernel_ts_us"]
             rec["backend"] = "nccl"
-            rec["exec_ts"], rec["exec_end"] = rec["kernel_ts_us"], rec["kernel_end"]
+            rec["exec_ts"], rec["exec_end"], rec["exec_dur"] = rec["kernel_ts_us"], rec["kernel_end"], rec["kernel_dur_us"]
             # Older records lack sizes; NCCL 2.17-era kernels carry them.
             if rec["nelems"] < 0 and in_nel[kr] >= 0:
                 rec["nelems"] = int(out_nel[kr] if rec["name"] == "allgather" and out_nel[kr] >= 0 else in_nel[kr])
@@ -422,9 +443,11 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
                     "name": x["name"], "pg": None, "nelems": _dims_nelems(in_dims[x["row"]]),
                     "dtype": _first_type(in_types[x["row"]]), "group_size": -1, "seq": -1,
                     "cpu_ts_us": float(x["ts"]), "cpu_end": float(x["end"]), "window": int(x["window"]),
+                    "cpu_dur": float(gdur_all[x["row"]]),
                     "tid": int(x["tid"]), "source": "gloo annotation", "kernel": None, "kernel_ts_us": np.nan,
                     "kernel_end": np.nan, "kernel_dur_us": np.nan, "krow": -1, "backend": "gloo",
-                    "exec_ts": float(x["ts"]), "exec_end": float(x["end"]),
+                    "exec_ts": float(x["ts"]), "exec_end": float(x["end"]), "exec_dur": float(gdur_all[x["row"]]),
+                    "nkernels": 0,
                 })
         else:
             for nm, gg in g.groupby("name", sort=False):
@@ -443,6 +466,7 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
                         continue
                     rec["backend"] = "gloo"
                     rec["exec_ts"], rec["exec_end"] = float(gts[j]), float(gend[j])
+                    rec["exec_dur"] = float(gdur_all[grow[j]])
                     if rec["nelems"] < 0:
                         rec["nelems"] = _dims_nelems(in_dims[grow[j]])
                     if rec["dtype"] is None:
@@ -466,10 +490,12 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
             "group_size": int(gsize[kr]), "seq": int(seqc[kr]),
             "cpu_ts_us": float(kts[lr]) if lr is not None else np.nan,
             "cpu_end": float(kts[lr] + kdur[lr]) if lr is not None else np.nan,
+            "cpu_dur": float(kdur[lr]) if lr is not None else np.nan,
             "window": int(ev["window"].to_numpy()[kr]), "tid": int(ev["tid"].to_numpy()[lr]) if lr is not None else -1,
             "source": "kernel", "kernel": str(names[kr]), "kernel_ts_us": float(kts[kr]),
             "kernel_end": float(kts[kr] + kdur[kr]), "kernel_dur_us": float(kdur[kr]), "krow": kr, "backend": "nccl",
-            "exec_ts": float(kts[kr]), "exec_end": float(kts[kr] + kdur[kr]),
+            "exec_ts": float(kts[kr]), "exec_end": float(kts[kr] + kdur[kr]), "exec_dur": float(kdur[kr]),
+            "nkernels": 1,
         })
 
     if not recs:
@@ -486,9 +512,9 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
     size = np.array([dtype_bytes(d) for d in df["dtype"]], np.int64)
     nel = df["nelems"].to_numpy().astype(np.int64)
     df["bytes"] = np.where((nel >= 0) & (size > 0), nel * size, -1)
-    df["cpu_dur_us"] = (df["cpu_end"] - df["cpu_ts_us"]).astype(float)
+    df["cpu_dur_us"] = df["cpu_dur"].astype(float)
     df["ts_us"] = df["exec_ts"].astype(float)
-    df["dur_us"] = (df["exec_end"] - df["exec_ts"]).astype(float)
+    df["dur_us"] = df["exec_dur"].astype(float)  # the event's own duration (ts are large: end - start rounds)
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((df["bytes"] > 0) & (df["dur_us"] > 0), df["bytes"] / (df["dur_us"] * 1e-6) / 1e9, np.nan)
     df["algbw_gbps"] = algbw
@@ -505,7 +531,9 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
     if len(cs):
         ok &= (t < ce[kk]) & (df["window"].to_numpy() == sw[kk])
     step_idx = np.where(ok, k, -1)
-    if len(steps.gpu_index):
+    # Kernels whose launch is not in the trace were issued before it began; only a trace with no CPU-side records
+    # at all gets them placed by their GPU time.
+    if len(steps.gpu_index) and not len(issues):
         gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
         for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
             p = gpos.get(int(df["krow"].iat[i]))
@@ -603,6 +631,8 @@ def _assign_rounds(df: pd.DataFrame) -> None:
         else:
             sizes = df["bytes"].to_numpy()[rows].tolist()
             p = _period(sizes) if all(x > 0 for x in sizes) else len(rows)
+            if p == 1 and len(rows) > 1:  # all buckets the same size: rounds cannot be told from buckets
+                p = len(rows)
             rnd[rows] = np.arange(len(rows)) // p
             bucket[rows] = np.arange(len(rows)) % p
         grad[rows] = True
@@ -617,74 +647,108 @@ def _assign_rounds(df: pd.DataFrame) -> None:
 
 def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
                  config=None) -> pd.DataFrame:
-    """Per-step communication numbers, one row per ra.steps row (same order)."""
+    """Per-step communication numbers, one row per ra.steps row (same order). Vectorized per step (groupby)."""
     small = getattr(config, "small_bucket_bytes", 4 * 1024 * 1024)
-    n = len(steps_df)
-    cols = {c: np.full(n, np.nan) for c in (
-        "comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes", "allreduce_time_us",
-        "allreduce_busbw_gbps", "backward_passes", "allreduce_rounds", "bucket_count", "grad_allreduce_count",
-        "bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes", "grad_bytes", "redundant_grad_bytes",
-        "small_bucket_count", "comm_small_time_share", "grad_comm_time_us", "comm_tail_us", "comm_tail_total_us",
-        "comm_exposed_us")}
     step_ids = steps_df["step"].to_numpy()
-    tail = _comm_tails(coll, rank, steps, passes)
-    for i, s in enumerate(step_ids):
-        c = coll[coll["step"] == s] if len(coll) else coll
-        npass = int((passes["step_index"] == i).sum()) if len(passes) else 0
-        cols["backward_passes"][i] = npass
-        cols["comm_calls"][i] = len(c)
-        cols["comm_bytes"][i] = _sum_bytes(c["bytes"]) if len(c) else 0
-        cols["comm_time_us"][i] = float(c["dur_us"].sum(min_count=1)) if len(c) else 0.0
-        ar = c[c["name"] == "allreduce"] if len(c) else c
-        cols["allreduce_count"][i] = len(ar)
-        cols["allreduce_bytes"][i] = _sum_bytes(ar["bytes"]) if len(ar) else 0
-        cols["allreduce_time_us"][i] = float(ar["dur_us"].sum(min_count=1)) if len(ar) else 0.0
-        if len(ar) and (ar["bytes"] > 0).all() and (ar["dur_us"] > 0).all():
-            g = ar["group_size"].iloc[0]
-            cols["allreduce_busbw_gbps"][i] = ar["bytes"].sum() / (ar["dur_us"].sum() * 1e-6) / 1e9 * busbw_factor("allreduce", g)
-        if len(c) and (c["bytes"] >= 0).all() and c["dur_us"].notna().any():
-            tot = c["dur_us"].sum()
-            cols["comm_small_time_share"][i] = float(c.loc[c["bytes"] < small, "dur_us"].sum() / tot) if tot > 0 else np.nan
-        gr = c[c["grad"]] if len(c) else c
-        cols["grad_allreduce_count"][i] = len(gr)
-        cols["grad_comm_time_us"][i] = float(gr["dur_us"].sum(min_count=1)) if len(gr) else 0.0
-        rounds = int(gr["round"].nunique()) if len(gr) else 0
-        cols["allreduce_rounds"][i] = rounds
-        if rounds:
-            last = gr[gr["round"] == gr["round"].max()]
-            cols["bucket_count"][i] = len(last)
-            b = last["bytes"].to_numpy()
-            if (b > 0).all():
-                cols["bucket_min_bytes"][i] = b.min()
-                cols["bucket_median_bytes"][i] = float(np.median(b))
-                cols["bucket_max_bytes"][i] = b.max()
-                cols["grad_bytes"][i] = b.sum()
-                cols["redundant_grad_bytes"][i] = _sum_bytes(gr.loc[gr["round"] != gr["round"].max(), "bytes"])
-                cols["small_bucket_count"][i] = int((b < small).sum())
+    n = len(steps_df)
+    idx = pd.Index(step_ids)
+    out = pd.DataFrame(index=idx)
+
+    def put(name, series, fill=np.nan):
+        out[name] = series.reindex(idx).to_numpy(dtype=float) if series is not None else np.full(n, fill)
+        if fill == fill:  # not NaN
+            out[name] = np.nan_to_num(out[name].to_numpy(), nan=fill)
+
+    c = coll[coll["step"] >= 0] if len(coll) else coll
+    if len(c):
+        c = c.assign(_b=c["bytes"].astype(float), _d=c["dur_us"].astype(float),
+                     _known=(c["bytes"] >= 0).astype(float), _small=(c["bytes"] < small) & (c["bytes"] >= 0))
+        c = c.assign(_sd=np.where(c["_small"], c["_d"], 0.0))
+
+        def sums(g):
+            agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
+                                        d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
+                                        bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
+            agg.loc[agg["known"] < 1, "b"] = np.nan
+            return agg
+
+        allc = sums(c)
+        put("comm_calls", allc["n"], 0)
+        put("comm_bytes", allc["b"], 0)
+        put("comm_time_us", allc["d"].fillna(0.0), 0)
+        share = (allc["sd"] / allc["d"]).where((allc["known"] >= 1) & (allc["d"] > 0))
+        put("comm_small_time_share", share)
+        ar = c[c["name"] == "allreduce"]
+        if len(ar):
+            a = sums(ar)
+            put("allreduce_count", a["n"], 0)
+            put("allreduce_bytes", a["b"], 0)
+            put("allreduce_time_us", a["d"].fillna(0.0), 0)
+            factor = pd.Series([busbw_factor("allreduce", g) for g in a["g"]], index=a.index)
+            bw = (a["b"] / (a["d"] * 1e-6) / 1e9 * factor).where((a["bmin"] > 0) & (a["dmin"] > 0))
+            put("allreduce_busbw_gbps", bw)
         else:
-            cols["bucket_count"][i] = 0
-        t = tail.get(i)
-        if t:
-            cols["comm_tail_us"][i] = t[max(t)]
-            cols["comm_tail_total_us"][i] = sum(t.values())
+            for k in ("allreduce_count", "allreduce_bytes", "allreduce_time_us"):
+                put(k, None, 0)
+            put("allreduce_busbw_gbps", None)
+        gr = c[c["grad"]]
+        if len(gr):
+            a = sums(gr)
+            put("grad_allreduce_count", a["n"], 0)
+            put("grad_comm_time_us", a["d"].fillna(0.0), 0)
+            put("allreduce_rounds", gr.groupby("step")["round"].nunique(), 0)
+            last_round = gr.groupby("step")["round"].transform("max")
+            last = gr[gr["round"] == last_round]
+            lg = last.groupby("step")
+            put("bucket_count", lg.size(), 0)
+            ok = lg["_b"].min() > 0
+            put("bucket_min_bytes", lg["_b"].min().where(ok))
+            put("bucket_median_bytes", lg["_b"].median().where(ok))
+            put("bucket_max_bytes", lg["_b"].max().where(ok))
+            put("grad_bytes", lg["_b"].sum().where(ok))
+            put("small_bucket_count", lg["_small"].sum().where(ok))
+            rest = gr[gr["round"] != last_round]
+            red = pd.Series(0.0, index=ok.index)
+            if len(rest):
+                rs = rest.groupby("step").agg(b=("_b", "sum"), known=("_known", "min"))
+                red.loc[rs.index] = rs["b"].where(rs["known"] >= 1)
+            put("redundant_grad_bytes", red.where(ok))
+        else:
+            for k in ("grad_allreduce_count", "grad_comm_time_us", "allreduce_rounds", "bucket_count"):
+                put(k, None, 0)
+            for k in ("bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes", "grad_bytes",
+                      "small_bucket_count", "redundant_grad_bytes"):
+                put(k, None)
+    else:
+        for k in ("comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
+                  "allreduce_time_us", "grad_allreduce_count", "grad_comm_time_us", "allreduce_rounds",
+                  "bucket_count"):
+            put(k, None, 0)
+        for k in ("comm_small_time_share", "allreduce_busbw_gbps", "bucket_min_bytes", "bucket_median_bytes",
+                  "bucket_max_bytes", "grad_bytes", "small_bucket_count", "redundant_grad_bytes"):
+            put(k, None)
+    if len(passes):
+        bp = passes.groupby("step_index").size()
+        out["backward_passes"] = bp.reindex(np.arange(n)).fillna(0).to_numpy()
+    else:
+        out["backward_passes"] = 0
+    tails = _comm_tails(coll, rank, steps, passes)
+    out["comm_tail_us"] = [tails[i][max(tails[i])] if i in tails else np.nan for i in range(n)]
+    out["comm_tail_total_us"] = [sum(tails[i].values()) if i in tails else np.nan for i in range(n)]
     # Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
     # traces, the training thread's own time in collective calls plus the tails it waits out after each backward.
     if "bd_comm_exposed" in steps_df:
-        cols["comm_exposed_us"] = steps_df["bd_comm_exposed"].to_numpy(dtype=float)
+        out["comm_exposed_us"] = steps_df["bd_comm_exposed"].to_numpy(dtype=float)
     elif "cpu_comm" in steps_df:
-        tails = np.nan_to_num(cols["comm_tail_total_us"])
-        cols["comm_exposed_us"] = np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + tails,
-                                             steps_df["cpu_step_us"].to_numpy(dtype=float))
-    out = pd.DataFrame(cols, index=steps_df.index)
-    for c in ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
+        t = np.nan_to_num(out["comm_tail_total_us"].to_numpy(dtype=float))
+        out["comm_exposed_us"] = np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + t,
+                                            steps_df["cpu_step_us"].to_numpy(dtype=float))
+    else:
+        out["comm_exposed_us"] = np.nan
+    for k in ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
               "grad_allreduce_count"):
-        out[c] = out[c].fillna(0).astype(np.int64)
-    return out
-
-
-def _sum_bytes(b: pd.Series) -> float:
-    b = b.to_numpy()
-    return float(b.sum()) if len(b) and (b >= 0).all() else (0.0 if not len(b) else np.nan)
+        out[k] = out[k].astype(np.int64)
+    return out.reset_index(drop=True)
 
 
 def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame) -> dict:
@@ -693,12 +757,18 @@ def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame
     kernel launched by the pass's backward ops, i.e. before its last ``evaluate_function`` ended; CPU: the end of
     its last backward op), clipped at 0."""
     out: dict = {}
-    if not len(coll) or not len(passes):
+    if not len(coll) or not len(passes) or "grad" not in coll:
         return out
+    g = coll[coll["grad"] & (coll["step"] >= 0) & (coll["pass_"] >= 0)]
+    if not len(g):
+        return out
+    agg = g.assign(_end=g["ts_us"] + g["dur_us"], _k=g["kernel"].notna()).groupby(["step", "pass_"]).agg(
+        end=("_end", "max"), has_kernel=("_k", "any"))
     ev = rank.events
-    kind = ev["kind"].to_numpy()
     gpu = len(steps.gpu_index) > 0
+    by_window = {}
     if gpu:
+        kind = ev["kind"].to_numpy()
         kr = np.flatnonzero((kind == int(Kind.KERNEL)) & ~_mask(ev, lambda s: "nccl" in s.lower() or "rccl" in s.lower()))
         corr, win = ev["corr"].to_numpy(), ev["window"].to_numpy()
         rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
@@ -706,33 +776,30 @@ def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame
             ["window", "corr"]).merge(
             pd.DataFrame({"window": win[kr], "corr": corr[kr],
                           "kend": ev["ts"].to_numpy()[kr] + ev["dur"].to_numpy()[kr]}), on=["window", "corr"])
-        lts, kend, lwin = m["lts"].to_numpy(), m["kend"].to_numpy(), m["window"].to_numpy()
+        for w, mw in m.groupby("window"):
+            mw = mw.sort_values("lts")
+            by_window[int(w)] = (mw["lts"].to_numpy(), mw["kend"].to_numpy())
     step_ids = steps.table["step"].to_numpy()
-    for si, pg in passes.groupby("step_index"):
-        cs = coll[(coll["step"] == step_ids[si]) & coll["grad"]]
-        if not len(cs):
+    for si, pnum, start, bwd_end, w in zip(passes["step_index"].to_numpy(), passes["pass_"].to_numpy(),
+                                           passes["start"].to_numpy(), passes["bwd_end"].to_numpy(),
+                                           passes["window"].to_numpy()):
+        key = (step_ids[int(si)], int(pnum))
+        if key not in agg.index:
             continue
-        tails = {}
-        for pnum, c in cs.groupby("pass_"):
-            p = pg[pg["pass_"] == pnum]
-            if not len(p):
+        comm_end, has_kernel = agg.loc[key, "end"], agg.loc[key, "has_kernel"]
+        if not np.isfinite(comm_end):
+            continue
+        if gpu:
+            if not has_kernel or int(w) not in by_window:
                 continue
-            p = p.iloc[0]
-            comm_end = (c["ts_us"] + c["dur_us"]).max()
-            if not np.isfinite(comm_end):
+            lts, kend = by_window[int(w)]
+            i0, i1 = np.searchsorted(lts, start, "left"), np.searchsorted(lts, bwd_end, "right")
+            if i1 <= i0:
                 continue
-            if gpu:
-                if c["kernel"].isna().all():
-                    continue
-                sel = (lwin == p["window"]) & (lts >= p["start"]) & (lts <= p["bwd_end"])
-                if not sel.any():
-                    continue
-                compute_end = kend[sel].max()
-            else:
-                compute_end = p["bwd_end"]
-            tails[int(pnum)] = max(0.0, float(comm_end - compute_end))
-        if tails:
-            out[int(si)] = tails
+            compute_end = kend[i0:i1].max()
+        else:
+            compute_end = bwd_end
+        out.setdefault(int(si), {})[int(pnum)] = max(0.0, float(comm_end - compute_end))
     return out
 
 

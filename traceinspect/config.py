@@ -63,12 +63,49 @@ class Config:
     small_bucket_bytes: int = 4 * 1024 * 1024
     # Share of all-reduce calls of a round that must be small for the rule to fire.
     small_bucket_share: float = 0.5
+    # The recommended bucket_cap_mb aims at this many buckets per round: 4-8 buckets keep the first all-reduces
+    # overlapping the rest of backward while each is large enough to run near bus bandwidth.
+    small_bucket_target_buckets: int = 6
 
     # --- straggler ---------------------------------------------------------------------------------------------
     # Mean arrival skew at collectives, as a share of the step, above which one rank is holding the others back.
     straggler_skew_share_warning: float = 0.05
     # ... and at least this many microseconds (tiny steps make shares noisy).
     straggler_min_skew_us: float = 500.0
+    # Critical when the skew the straggler causes is this share of the step.
+    straggler_skew_share_critical: float = 0.20
+    # The same rank must arrive last at this share of collectives: below it, ranks taking turns is noise.
+    straggler_min_last_share: float = 0.6
+
+    # --- no-mixed-precision -----------------------------------------------------------------------------------
+    # Share of kernel time in fp32 (FFMA, not TF32, not 16-bit) matrix work on a GPU with tensor cores
+    # (compute capability >= 8). A bf16 tensor-core GEMM is 8-16x faster than FFMA, so 20 % of kernel time is worth
+    # a precision review; half of it is critical.
+    fp32_matmul_share_warning: float = 0.20
+    fp32_matmul_share_critical: float = 0.50
+
+    # --- gradscaler-with-bf16 ---------------------------------------------------------------------------------
+    # The scaler's own time per step as a share of the step: below 1 % the finding is info (the fix is free anyway).
+    gradscaler_share_warning: float = 0.01
+
+    # --- launch-bound -----------------------------------------------------------------------------------------
+    # GPU idle not explained by data waits or syncs, as a share of the step: large enough to recover.
+    launch_bound_idle_share: float = 0.20
+    launch_bound_idle_share_critical: float = 0.50
+    # Steps with very few kernels cannot be launch-bound.
+    launch_bound_min_kernels: int = 20
+
+    # --- optimizer-not-fused ----------------------------------------------------------------------------------
+    # Optimizer CPU time share of the step above which the finding is a warning rather than info.
+    optimizer_share_warning: float = 0.05
+    # An optimizer step with fewer ops than this is not judged.
+    optimizer_min_ops: int = 4
+
+    # --- tensor-core-alignment --------------------------------------------------------------------------------
+    # Share of 16-bit GEMM time in GEMMs whose dimensions are not multiples of 8.
+    tc_alignment_share: float = 0.10
+    # Share of kernels named align1/2/4 (narrow vector loads) that makes it a warning.
+    tc_alignment_narrow_share: float = 0.10
 
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches

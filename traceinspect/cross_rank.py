@@ -4,7 +4,8 @@
 per-rank ``RankAnalysis`` summaries (``tables["collectives"]`` and ``steps``) and returns plain JSON-serializable
 data (dicts, lists, numbers, strings), stored as ``report.cross_rank``. Definitions: docs/communication.md.
 
-Clocks: a rank's times are on its own clock; ``base_ns / 1000 + ts`` puts every rank on the common one.
+Clocks: a rank's times are on its own clock; ``base_ns / 1000 + ts`` puts every rank on the common one (computed
+relative to the earliest ``base_ns``, so no precision is lost to epoch-sized numbers).
 
 Matching: by ``(process group, Seq)`` when every rank's records carry ``Seq`` for that group (newer torch), else by
 order within ``(step, process group, collective name)``. A collective some ranks lack is listed under
@@ -68,6 +69,9 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
 
 def _all_collectives(ranks) -> pd.DataFrame:
     frames = []
+    # Common clock relative to the earliest rank origin: the base difference is exact integer arithmetic, and
+    # absolute epoch microseconds (~1.8e15) would round to 0.25 us in float64.
+    base0 = min(int(ra.base_ns) for ra in ranks)
     for ra in ranks:
         c = ra.tables.get("collectives")
         if c is None or not len(c):
@@ -75,7 +79,7 @@ def _all_collectives(ranks) -> pd.DataFrame:
         c = c[c["step"] >= 0]
         if not len(c):
             continue
-        base = ra.base_ns / 1000.0
+        base = (int(ra.base_ns) - base0) / 1000.0
         d = pd.DataFrame({
             "rank": ra.rank,
             "step": c["step"].to_numpy().astype(np.int64),
@@ -214,9 +218,6 @@ def cross_rank_analysis(ranks, config=None) -> dict:
     result["per_rank"] = per_rank
 
     per_step = []
-    if len(coll_rows) or n_matched:
-        # recompute per step from all matched collectives (not only the listed ones)
-        pass
     for s in all_steps:
         ws = [w for w in wait_rows if w["step"] == s]
         per_step.append({"step": s, "wall_us": _f(step_wall.get(s)),

@@ -221,7 +221,7 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
     out["name"] = _intern(names)
     # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
     codes, table = out["name"]
-    wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] == 0)
+    wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] <= 1)
     for col in RAW_COLS:
         rows = np.flatnonzero(wanted)
         vals = [bytes(getattr(args[i], col)).decode() or None for i in rows]
@@ -290,8 +290,14 @@ def iter_bytes(path: str) -> Iterator[bytes]:
             yield block
 
 
-# CPU ops whose input shapes / dtypes the analyses read (matrix multiplies, convolutions, attention).
-_SHAPE_OPS = re.compile(r"mm|matmul|linear|conv|attention|einsum|baddbmm|addmm", re.IGNORECASE)
+# CPU ops and annotations whose input shapes / dtypes the analyses read: matrix multiplies, convolutions and
+# attention (precision, alignment), and collectives (message sizes where no record_param_comms carries them).
+_SHAPE_OPS = re.compile(
+    r"mm|matmul|linear|conv|attention|einsum|"
+    r"nccl|rccl|gloo|c10d|record_param_comms|all_?reduce|broadcast|all_?gather|reduce_?scatter|all_?to_?all|"
+    r"send|recv|barrier",
+    re.IGNORECASE,
+)
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 

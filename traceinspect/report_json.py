@@ -101,6 +101,9 @@ def rank_dict(ra) -> dict:
             by_step.setdefault(int(rec.get("step", -1)), []).append(clean(rec))
         for s in steps:
             s["collectives"] = by_step.get(s["step"], [])
+    util = ra.tables.get("utilization")
+    util_summary = ra.tables.get("utilization_summary")
+    matmul = ra.tables.get("matmul_kernels")
     return {
         "rank": ra.rank,
         "world_size": ra.world_size,
@@ -111,6 +114,13 @@ def rank_dict(ra) -> dict:
         "events": ra.event_count,
         "metadata": clean(ra.metadata or {}),
         "summary": rank_summary(steps),
+        "utilization": {
+            "summary": clean(util_summary.to_dict("records")[0]) if util_summary is not None and len(util_summary) else None,
+            "windows": [clean(x) for x in util.to_dict("records")] if util is not None else [],
+        },
+        "matmul_kernels": [clean(x) for x in matmul.sort_values("total_us", ascending=False).head(10).to_dict("records")]
+        if matmul is not None and len(matmul) else [],
+        "errors": list(ra.errors),
         "steps": steps,
     }
 

@@ -14,21 +14,21 @@ from rich.text import Text
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 GPU_COLUMNS = (
-    ("compute", "compute"),
-    ("comm_exposed", "comm exp"),
-    ("h2d_exposed", "H2D exp"),
-    ("d2h_exposed", "D2H exp"),
-    ("d2d_exposed", "D2D exp"),
-    ("memset_exposed", "memset"),
-    ("idle", "idle"),
+    ("compute", "comp%"),
+    ("comm_exposed", "comm%"),
+    ("h2d_exposed", "h2d%"),
+    ("d2h_exposed", "d2h%"),
+    ("d2d_exposed", "d2d%"),
+    ("memset_exposed", "mset%"),
+    ("idle", "idle%"),
 )
 CPU_COLUMNS = (
-    ("dataloader", "loader"),
-    ("forward", "forward"),
-    ("backward", "backward"),
-    ("comm", "comm"),
-    ("optimizer", "optim"),
-    ("other", "other"),
+    ("dataloader", "load%"),
+    ("forward", "fwd%"),
+    ("backward", "bwd%"),
+    ("comm", "comm%"),
+    ("optimizer", "optim%"),
+    ("other", "other%"),
 )
 
 _LABELS = {
@@ -91,11 +91,11 @@ def _step_table(r: dict) -> Table:
     for _, label in cols:
         t.add_column(label, justify="right")
     if gpu:
-        for label in ("busy ms", "H2D MB", "pageable MB", "D2H MB"):
+        for label in ("busy ms", "H2D MB", "pgbl MB", "D2H MB"):
             t.add_column(label, justify="right")
-    t.add_column("loader ms", justify="right")
+    t.add_column("load ms", justify="right")
     if any("allreduce_count" in s for s in r["steps"]):
-        t.add_column("allreduce", justify="right")
+        t.add_column("AR n/MB", justify="right")
     for s in r["steps"]:
         wall = s["wall_us"]
         row = [str(s["step"]) + ("*" if s.get("synthetic") else ""), ms(wall)]
@@ -104,7 +104,7 @@ def _step_table(r: dict) -> Table:
             row += [ms(s["gpu_busy_us"]), mb(s["h2d_bytes"]), mb(s["pageable_h2d_bytes"]), mb(s["d2h_bytes"])]
         row.append(ms(s["dataloader_us"]))
         if "allreduce_count" in s:
-            row.append(f"{s['allreduce_count']} / {mb(s.get('allreduce_bytes'))} MB")
+            row.append(f"{s['allreduce_count']}/{mb(s.get('allreduce_bytes'))}")
         t.add_row(*row)
     return t
 
@@ -154,9 +154,12 @@ def render(d: dict, console: Console) -> None:
     for r in d["ranks"]:
         console.print()
         dev = r["device"] or ("CPU only" if r["basis"] == "cpu" else "GPU")
-        basis = "GPU timeline, % of step" if r["basis"] == "gpu" else "training thread, % of step"
+        basis = "GPU timeline, exposed % of step" if r["basis"] == "gpu" else "training thread, % of step"
         console.print(Text(f"Rank {r['rank']} · {dev} · {len(r['steps'])} steps · {basis}", style="bold"))
         console.print(_step_table(r))
+        util = (r.get("utilization") or {}).get("summary")
+        if util and util.get("text"):
+            console.print(Text(util["text"], style="dim"))
     console.print()
     if d["findings"]:
         console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))

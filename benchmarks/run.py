@@ -1,0 +1,547 @@
+#!/usr/bin/env python3
+"""Benchmark ``traceinspect report`` against Holistic Trace Analysis (HTA) and a decode floor.
+
+One command (from the repository root)::
+
+    /work/venv/bin/python benchmarks/run.py       # --sizes 200,1000 --ranks 8x50: ~10 min here
+    /work/venv/bin/python benchmarks/run.py --sizes 200,1000 --ranks 8x200   # + ~7 min
+
+For every input it runs, each in its own process and with its peak memory measured:
+
+* ``floor``   benchmarks/floor.py: read + gunzip + a bare typed msgspec decode on one core;
+* ``HTA``     benchmarks/hta_driver.py in benchmarks/.venv-hta: load + temporal breakdown +
+              comm/comp overlap + GPU kernel breakdown (HTA's defaults);
+* ``ti``      ``traceinspect report DIR --json OUT --no-cache`` (full report, all rules);
+* ``ti cold`` the same without ``--no-cache`` on an empty cache (decodes and writes the cache);
+* ``ti warm`` the same again (re-report from the cache).
+
+Inputs are scaled copies of a real trace (see scale_trace.py), built once into benchmarks/data/
+(git-ignored) and reused while the source, size and scaler version are unchanged. The results
+table is printed and written to benchmarks/results.md and benchmarks/results.json.
+
+Why processes and a /proc poller: both tools may fork workers (HTA one per rank up to the core
+count, traceinspect one per core), so the peak is the largest *sum* of the RSS of the process tree,
+sampled every 50 ms, and never less than the kernel's own high-water mark of the largest process
+(``ru_maxrss`` from wait4). Wall time is the whole process, interpreter start included: what a user
+waits for. All inputs are in the page cache (just written), so times are CPU, not disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_SOURCE = ROOT.parent / "shared/traces/public/hta_diff_control/control.json.gz"
+HTA_VENV = HERE / ".venv-hta"
+HTA_SPEC = "HolisticTraceAnalysis==0.5.0"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+T_START = time.perf_counter()
+IDLE_WAIT_BUDGET = [120.0]  # seconds of waiting for a quiet machine left for the whole benchmark
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T_START:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring one process tree
+
+
+@dataclass
+class Measured:
+    cmd: list[str]
+    rc: int
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    timed_out: bool
+    stdout_path: str
+    stderr_path: str
+    others_load: float  # cores used on average by processes other than this one's tree
+
+
+    def last_json(self) -> dict | None:
+        """The last stdout line that is a JSON object (the drivers' result line)."""
+        try:
+            lines = Path(self.stdout_path).read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(lines):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    return None
+        return None
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds spent by the whole machine so far (all cores, not idle or iowait), from /proc/stat."""
+    with open("/proc/stat") as fh:
+        f = [int(x) for x in fh.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = f[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(max_wait: float, threshold: float = 0.3) -> float:
+    """Wait (at most max_wait s) until other processes use < threshold cores over 1 s; returns that load.
+
+    Why: on a shared 2-core machine a concurrent build or test doubles wall times; waiting for a
+    quiet moment is cheaper than re-running. All waits together stay within IDLE_WAIT_BUDGET, so a
+    machine that stays busy delays the benchmark by two minutes at most.
+    """
+    start = time.perf_counter()
+    max_wait = min(max_wait, IDLE_WAIT_BUDGET[0])
+    while True:
+        b0, t0 = busy_cpu_seconds(), time.perf_counter()
+        time.sleep(1.0)
+        load = (busy_cpu_seconds() - b0) / (time.perf_counter() - t0)
+        if load < threshold or time.perf_counter() - start >= max_wait:
+            IDLE_WAIT_BUDGET[0] = max(0.0, IDLE_WAIT_BUDGET[0] - (time.perf_counter() - start - 1.0))
+            return load
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: ppid is the 2nd field after ')'
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Sum of the resident set of ``root`` and all its descendants, from /proc."""
+    kids = _children_map()
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except OSError:
+            pass
+        todo += kids.get(pid, [])
+    return total
+
+
+def measure(cmd: list[str], *, log_stem: Path, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 1800, interval: float = 0.05, idle_wait: float = 0) -> Measured:
+    """Run ``cmd`` to completion, sampling its process tree's RSS; kill its session on timeout."""
+    if idle_wait > 0:
+        load = wait_idle(idle_wait)
+        if load >= 0.3:
+            log(f"  machine busy ({load:.1f} cores used by others); running anyway"
+                f" ({IDLE_WAIT_BUDGET[0]:.0f} s of waiting left)")
+    out, err = Path(f"{log_stem}.out"), Path(f"{log_stem}.err")
+    log_stem.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        busy0 = busy_cpu_seconds()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                                start_new_session=True)
+        peak, timed_out = 0, False
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak = max(peak, tree_rss_bytes(proc.pid))
+            if time.perf_counter() - t0 > timeout and not timed_out:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)  # the session we started for this command only
+            time.sleep(interval)
+        wall = time.perf_counter() - t0
+        busy = busy_cpu_seconds() - busy0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = ru.ru_utime + ru.ru_stime
+    # ru_maxrss (KiB) covers the child and the descendants it waited for: a floor under the sampled peak
+    peak = max(peak, ru.ru_maxrss * 1024)
+    return Measured(cmd, proc.returncode, wall, cpu, peak / 2**20, timed_out, str(out), str(err),
+                    max(0.0, busy - cpu) / wall)
+
+
+# --------------------------------------------------------------------------------------------
+# Environments
+
+
+def ensure_hta(spec: str) -> Path:
+    """The HTA interpreter, creating benchmarks/.venv-hta and installing HTA there when missing."""
+    py = HTA_VENV / "bin" / "python"
+    if py.exists() and subprocess.run([py, "-c", "import hta.trace_analysis"], capture_output=True).returncode == 0:
+        return py
+    log(f"setting up {HTA_VENV} with {spec} (once)")
+    base = shutil.which("python3") or sys.executable
+    subprocess.run([base, "-m", "venv", str(HTA_VENV)], check=True)
+    res = subprocess.run([py, "-m", "pip", "install", "-q", spec], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"pip install {spec} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return py
+
+
+def traceinspect_cmd(override: str | None) -> list[str] | None:
+    """How to start traceinspect: --traceinspect, the console script beside this Python, or -m."""
+    if override:
+        return override.split()
+    script = Path(sys.executable).parent / "traceinspect"
+    if script.exists():
+        return [str(script)]
+    if shutil.which("traceinspect"):
+        return [shutil.which("traceinspect")]
+    probe = subprocess.run([sys.executable, "-c", "import traceinspect.cli"], capture_output=True, cwd=HERE)
+    return [sys.executable, "-m", "traceinspect"] if probe.returncode == 0 else None
+
+
+def version_of(python: str, dist: str) -> str:
+    res = subprocess.run([python, "-c", f"from importlib.metadata import version; print(version({dist!r}))"],
+                         capture_output=True, text=True)
+    return res.stdout.strip() or "?"
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()[1]
+        info["mem_gib"] = round(int(mem) / 2**20, 1)
+    except OSError:
+        pass
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass
+class Input:
+    label: str
+    dir: str
+    ranks: int
+    mb_per_rank: float
+    json_mb: float  # uncompressed JSON, all ranks
+    disk_mb: float
+    events: int  # all ranks
+    steps_per_rank: int
+    factor: int
+    build_s: float | None = None
+
+
+def parse_specs(sizes: str, ranks: str) -> list[tuple[int, float]]:
+    """'200,1000' + '8x200' -> [(1, 200), (1, 1000), (8, 200)]."""
+    specs = [(1, float(s)) for s in sizes.split(",") if s.strip()]
+    for r in (x for x in ranks.split(",") if x.strip()):
+        n, _, mb = r.lower().partition("x")
+        if not mb:
+            raise SystemExit(f"--ranks wants NxMB (e.g. 8x200), got {r!r}")
+        specs.append((int(n), float(mb)))
+    return specs
+
+
+def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path) -> Input:
+    """Scale the source into data/<name>/ unless an identical build is already there."""
+    from scale_trace import SCALER_VERSION  # run.py's folder is on sys.path when run as a script
+
+    stem = source.name.split(".")[0]
+    name = f"{stem}-{mb:g}mb-{ranks}r" + ("-gz" if gz else "")
+    out = data / name
+    manifest = data / f"{name}.manifest.json"
+    st = source.stat()
+    key = {"source": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+           "mb": mb, "ranks": ranks, "gzip": gz, "scaler_version": SCALER_VERSION}
+    if manifest.exists():
+        m = json.loads(manifest.read_text())
+        if m.get("key") == key and all(Path(f).exists() for f in m["result"]["files"]):
+            log(f"reusing {out}")
+            return Input(**m["input"])
+    if out.exists():
+        shutil.rmtree(out)
+    log(f"building {out} ({ranks} x {mb:g} MB from {source})")
+    cmd = [sys.executable, str(HERE / "scale_trace.py"), str(source), "--out-dir", str(out),
+           "--target-mb", str(mb), "--ranks", str(ranks)] + (["--gzip"] if gz else [])
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"scaling failed:\n{res.stderr[-3000:]}")
+    r = json.loads(res.stdout)
+    inp = Input(
+        label=f"{name} (x{r['factor']})",
+        dir=str(out),
+        ranks=ranks,
+        mb_per_rank=mb,
+        json_mb=r["json_bytes_per_file"] * ranks / 1e6,
+        disk_mb=sum(r["file_bytes"]) / 1e6,
+        events=r["events_per_file"] * ranks,
+        steps_per_rank=r["steps_per_file"],
+        factor=r["factor"],
+        build_s=round(time.perf_counter() - t0, 1),
+    )
+    manifest.write_text(json.dumps({"key": key, "input": asdict(inp), "result": r}, indent=1))
+    return inp
+
+
+# --------------------------------------------------------------------------------------------
+# Running the tools
+
+
+@dataclass
+class Row:
+    input: str
+    tool: str
+    wall_s: float | None
+    cpu_s: float | None
+    peak_rss_mb: float | None
+    ok: bool
+    others_load: float = 0.0
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _row(inp: Input, tool: str, m: Measured, extra: dict | None = None) -> Row:
+    ok = m.rc == 0 and not m.timed_out
+    note = "" if ok else ("timed out" if m.timed_out else f"failed, rc {m.rc}: see {m.stderr_path}")
+    return Row(inp.label, tool, m.wall_s, m.cpu_s, m.peak_rss_mb, ok, m.others_load, note, extra or {})
+
+
+def clear_ti_cache(inp: Input, xdg: Path) -> None:
+    """Remove every place traceinspect keeps its column cache for this input (see traceinspect/cache.py)."""
+    for d in [Path(inp.dir) / ".traceinspect-cache", xdg / "traceinspect"]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work: Path) -> list[Row]:
+    rows: list[Row] = []
+    logs = work / "logs"
+    tag = Path(inp.dir).name
+
+    def done(r: Row) -> Row:
+        log(f"  {r.tool:<8} {r.wall_s:7.1f} s wall {r.cpu_s:7.1f} s CPU {r.peak_rss_mb:7.0f} MB"
+            f"  (others used {r.others_load:.1f} cores)" + (f"  {r.note}" if r.note else ""))
+        rows.append(r)
+        return r
+
+    if not args.no_floor:
+        m = measure([sys.executable, str(HERE / "floor.py"), inp.dir], log_stem=logs / f"{tag}.floor",
+                    timeout=args.timeout, idle_wait=args.wait_idle)
+        res = m.last_json() or {}
+        done(_row(inp, "floor", m, {"decode_s": res.get("seconds"), "events": res.get("events")}))
+    if hta_py is not None:
+        m = measure([str(hta_py), "-I", str(HERE / "hta_driver.py"), inp.dir], log_stem=logs / f"{tag}.hta",
+                    cwd=work, timeout=args.timeout, idle_wait=args.wait_idle)
+        done(_row(inp, "HTA", m, m.last_json() or {}))
+    if ti is not None:
+        xdg = work / "xdg-cache"
+        env = dict(os.environ, XDG_CACHE_HOME=str(xdg))
+        runs = [("ti", ["--no-cache"], True), ("ti cold", [], True), ("ti warm", [], False)]
+        for tool, extra_args, clear in runs:
+            if clear:
+                clear_ti_cache(inp, xdg)
+            out_json = work / "reports" / f"{tag}.{tool.replace(' ', '-')}.json"
+            out_json.parent.mkdir(parents=True, exist_ok=True)
+            cmd = ti + ["report", inp.dir, "--json", str(out_json)] + extra_args
+            m = measure(cmd, log_stem=logs / f"{tag}.{tool.replace(' ', '-')}", cwd=work, env=env,
+                        timeout=args.timeout, idle_wait=args.wait_idle)
+            row = _row(inp, tool, m, {"report": str(out_json)})
+            if tool == "ti cold" and row.ok and rows[-1].ok and row.cpu_s < 0.5 * rows[-1].cpu_s:
+                row.note = "suspiciously fast for a cold cache: does clear_ti_cache() know every cache place?"
+            done(row)
+        clear_ti_cache(inp, xdg)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "-"
+    r = a / b
+    return f"{r:.2f}x" if r < 10 else f"{r:.0f}x"
+
+
+def table(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells: one line per (input, tool), ratios against HTA and the floor of the same input."""
+    head = ["input", "JSON MB", "events", "ranks", "tool", "wall s", "CPU s", "peak RSS MB",
+            "time / HTA", "CPU / HTA", "memory / HTA", "time / floor", "others' load"]
+    cells = []
+    by_input = {i.label: i for i in inputs}
+    for r in rows:
+        inp = by_input[r.input]
+        same = {x.tool: x for x in rows if x.input == r.input and x.ok}
+        hta, floor = same.get("HTA"), same.get("floor")
+        cells.append([
+            r.input, f"{inp.json_mb:,.0f}", f"{inp.events:,}", str(inp.ranks), r.tool,
+            f"{r.wall_s:.1f}" if r.ok else r.note, f"{r.cpu_s:.1f}" if r.ok else "-",
+            f"{r.peak_rss_mb:,.0f}" if r.ok else "-",
+            _ratio(r.wall_s, hta.wall_s) if r.ok and hta else "-",
+            _ratio(r.cpu_s, hta.cpu_s) if r.ok and hta else "-",
+            _ratio(r.peak_rss_mb, hta.peak_rss_mb) if r.ok and hta else "-",
+            _ratio(r.wall_s, floor.wall_s) if r.ok and floor else "-",
+            f"{r.others_load:.1f}",
+        ])
+    return head, cells
+
+
+def markdown(head: list[str], cells: list[list[str]]) -> str:
+    right = {1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12}
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|"]
+    lines += ["| " + " | ".join(c) + " |" for c in cells]
+    return "\n".join(lines)
+
+
+def print_table(head: list[str], cells: list[list[str]]) -> None:
+    """A rich table on a wide terminal; otherwise the markdown table (readable as text, too)."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None
+    if Console is None or not sys.stdout.isatty() or shutil.get_terminal_size().columns < 130:
+        print(markdown(head, cells))
+        return
+    t = Table(title="traceinspect vs HTA vs decode floor")
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i in (0, 4) else "right")
+    for c in cells:
+        t.add_row(*c)
+    Console().print(t)
+
+
+def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row]) -> None:
+    head, cells = table(inputs, rows)
+    print_table(head, cells)
+    v = meta["versions"]
+    md = [
+        "# traceinspect benchmark results",
+        "",
+        f"Run {meta['date']} with `{meta['command']}`",
+        f"on {meta['machine'].get('cpu', '?')}, {meta['machine']['cores']} cores, "
+        f"{meta['machine'].get('mem_gib', '?')} GiB, Python {meta['machine']['python']}; "
+        f"traceinspect {v.get('traceinspect', '-')}, HTA {v.get('hta', '-')}, msgspec {v.get('msgspec', '-')}.",
+        "",
+        f"Inputs are **scaled copies of a real trace** (`{meta['source']}`: its ProfilerSteps replicated by "
+        "`benchmarks/scale_trace.py`, each file marked `\"traceinspect_scaled\"`), not captures. "
+        "JSON MB is the uncompressed size of all rank files of the input.",
+        "",
+        markdown(head, cells),
+        "",
+        "Ratios are tool / HTA and tool / floor on the same input: below 1x means less time (or memory) than "
+        "HTA; the floor (read + gunzip + bare msgspec decode of the fields an analysis needs, one core) is "
+        "the least any JSON reader can do, so `time / floor` says how many decodes' worth the tool spends. "
+        "`CPU / HTA` compares CPU seconds (all processes of the tool), which a busy machine distorts less. "
+        "`ti` = `traceinspect report DIR --json OUT --no-cache`; `ti cold` = first run with the cache "
+        "enabled (decodes and writes it); `ti warm` = the re-report from the cache. "
+        "Peak RSS is the largest sum over the process tree (workers included). `others' load` is the number of "
+        "cores that other processes on the machine used on average during the run (from /proc/stat): with 2 "
+        "cores, anything above ~0.2 inflates wall times. See benchmarks/README.md.",
+        "",
+    ]
+    busy = [r for r in rows if r.ok and r.others_load > 0.2]
+    if busy:
+        md += [f"**Warning:** other processes competed for the CPU during {len(busy)} of {len(rows)} runs (up to "
+               f"{max(r.others_load for r in busy):.1f} cores); their wall times and time ratios are inflated. CPU s "
+               "and CPU / HTA are much less affected (but CPU s adds up all workers of a parallel run). Re-run on "
+               "an idle machine for wall times to quote.", ""]
+    for r in rows:
+        if r.ok and r.note:
+            md.append(f"- {r.tool} on {r.input}: {r.note}")
+        sec = r.extra.get("seconds") if r.tool == "HTA" else None
+        if sec:
+            md.append(f"- HTA phases on {r.input}: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+    md.append("")
+    for inp in inputs:
+        md.append(f"- {inp.label}: `{inp.dir}`, {inp.ranks} rank file(s), factor {inp.factor}, "
+                  f"{inp.steps_per_rank} ProfilerSteps per rank, {inp.disk_mb:,.0f} MB on disk")
+    path_md.parent.mkdir(parents=True, exist_ok=True)
+    path_md.write_text("\n".join(md) + "\n")
+    path_md.with_suffix(".json").write_text(json.dumps(
+        {**meta, "inputs": [asdict(i) for i in inputs], "rows": [asdict(r) for r in rows]}, indent=1, default=str))
+    log(f"wrote {path_md} and {path_md.with_suffix('.json')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--sizes", default="200,1000",
+                   help="single-rank inputs, MB of JSON each, comma-separated ('' for none) [200,1000]")
+    p.add_argument("--ranks", default="8x50", help="multi-rank inputs as NxMB per rank, comma-separated [8x50]")
+    p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to scale")
+    p.add_argument("--gzip", action="store_true", help="write the inputs as .json.gz (tools then gunzip too)")
+    p.add_argument("--no-hta", action="store_true", help="skip HTA")
+    p.add_argument("--no-traceinspect", action="store_true", help="skip traceinspect")
+    p.add_argument("--no-floor", action="store_true", help="skip the decode floor")
+    p.add_argument("--hta-spec", default=HTA_SPEC, help=f"pip requirement for HTA's venv [{HTA_SPEC}]")
+    p.add_argument("--traceinspect", metavar="CMD", help="how to start traceinspect (default: the console script)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before one tool run is killed [1800]")
+    p.add_argument("--wait-idle", type=float, default=20, metavar="S",
+                   help="before each run, wait up to S seconds for other processes to go quiet (120 s in all) [20]")
+    p.add_argument("--data", type=Path, default=HERE / "data", help="where inputs and logs go [benchmarks/data]")
+    p.add_argument("--out", type=Path, default=HERE / "results.md", help="markdown results (+ .json beside it)")
+    args = p.parse_args(argv)
+
+    source = args.source.resolve()
+    if not source.exists():
+        raise SystemExit(f"no source trace at {source}")
+    data = args.data.resolve()
+    work = data / "work"
+    work.mkdir(parents=True, exist_ok=True)
+
+    hta_py = None if args.no_hta else ensure_hta(args.hta_spec)
+    ti = None
+    if not args.no_traceinspect:
+        ti = traceinspect_cmd(args.traceinspect)
+        if ti is None:
+            log("traceinspect is not installed (pip install -e .); running without it")
+    versions = {"msgspec": version_of(sys.executable, "msgspec")}
+    if hta_py:
+        versions["hta"] = version_of(str(hta_py), "HolisticTraceAnalysis")
+    if ti:
+        versions["traceinspect"] = version_of(sys.executable, "traceinspect")
+
+    inputs = [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(args.sizes, args.ranks)]
+    rows: list[Row] = []
+    for inp in inputs:
+        log(f"{inp.label}: {inp.json_mb:,.0f} MB JSON, {inp.events:,} events, {inp.ranks} rank file(s)")
+        rows += run_input(inp, args, hta_py, ti, work)
+    try:
+        source_shown = str(source.relative_to(ROOT.parent))
+    except ValueError:
+        source_shown = str(source)
+    meta = {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(["python benchmarks/run.py"] + (argv if argv is not None else sys.argv[1:])),
+        "machine": machine(),
+        "versions": versions,
+        "source": source_shown,
+        "total_s": round(time.perf_counter() - T_START, 1),
+    }
+    write_results(args.out, meta, inputs, rows)
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Session fixtures: real CPU DDP captures, made once per test session into temporary folders.
+
+Captures are lazy (a fixture runs only when a test asks for it) and cached for
+the session, so the suite pays for each distinct capture once (a few seconds
+each on 2 cores). Without torch, every test that needs a capture is skipped.
+
+Fixtures:
+  cpu_clean_run        optimized preset, 2 ranks, loader in-process (num_workers=0)
+  cpu_baseline_run     baseline preset, 2 ranks, num_workers=0 (sync every micro-batch, tiny buckets, ...)
+  cpu_slow_loader_run  optimized, num_workers=0, a sleep per sample: the loader dominates the step
+  cpu_capture_factory  call it with capture_cpu's arguments (minus out_dir) for any other capture
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if importlib.util.find_spec("traceinspect") is None:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+from cpu_capture import capture_cpu  # noqa: E402  (tests/ is on sys.path under pytest)
+
+#: Sample delay for the slow-loader capture: 32 samples per step x 6 ms ~ 190 ms of loading per
+#: step, against ~20-60 ms of compute for the small mlp below.
+SLOW_ITEM_DELAY_MS = 6.0
+
+
+def _need_torch() -> None:
+    pytest.importorskip("torch", reason="torch is needed to capture traces: pip install 'traceinspect[capture]'")
+
+
+@pytest.fixture(scope="session")
+def cpu_capture_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``make(preset=..., overrides={...}, ...) -> folder``; identical requests share one capture."""
+    cache: dict[str, Path] = {}
+
+    def make(**kwargs: Any) -> Path:
+        _need_torch()
+        key = json.dumps(kwargs, sort_keys=True, default=str)
+        if key not in cache:
+            name = f"cpu_{kwargs.get('preset', 'optimized')}_"
+            cache[key] = capture_cpu(tmp_path_factory.mktemp(name), **kwargs)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cpu_clean_run(cpu_capture_factory: Callable[..., Path]) -> Path:
+    """Optimized preset, 2 CPU ranks, wait=1 warmup=1 active=3: one window (steps 2-4) per rank."""
+    return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0})
+
+
+@pytest.fixture(scope="session")
+def cpu_baseline_run(cpu_capture_factory: Callable[..., Path]) -> Path:
+    """Baseline preset (all-reduce on every micro-batch, 1 MB buckets, fp32, per-param AdamW), 2 ranks."""
+    return cpu_capture_factory(preset="baseline", overrides={"num_workers": 0})
+
+
+@pytest.fixture(scope="session")
+def cpu_slow_loader_run(cpu_capture_factory: Callable[..., Path]) -> Path:
+    """Optimized preset whose in-process loader sleeps per sample: most of each step waits for data."""
+    return cpu_capture_factory(preset="optimized",
+                               overrides={"num_workers": 0, "item_delay_ms": SLOW_ITEM_DELAY_MS,
+                                          "mlp_hidden": 1024})

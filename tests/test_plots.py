@@ -1,0 +1,344 @@
+"""Plots: every drawn number is checked against the report dict (or recomputed from the events), on real traces,
+on CPU-only traces, and on empty-ish reports (no GPU events, a rank missing, no steps at all).
+
+Also home of two helpers the other presentation tests import: ``analyzed`` (load + analyze once per trace folder,
+with the one-step timeline table attached the way the per-rank stage will) and ``synthetic_cpu_run`` (tiny CPU-only
+multi-rank traces written on the spot).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from traceinspect.analyze import analyze
+from traceinspect.attribution import GPU_CATEGORIES
+from traceinspect.config import Config
+from traceinspect.intervals import build_timeline
+from traceinspect.load import load
+from traceinspect.render import plots
+from traceinspect.render.text import CPU_COLUMNS, GPU_COLUMNS
+from traceinspect.steps import find_steps
+from traceinspect.timeline import median_step, step_timeline
+
+from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need
+
+NOCACHE = Config(use_cache=False, workers=1)
+_ALL_GPU = sorted(p for p in (Path(__file__).resolve().parents[1] / "fixtures" / "gpu").glob("*")
+                  if p.is_dir() and any(p.rglob("*.json*")))
+# A representative few (pageable copies, fast steps, a loader-bound step, transformer buckets) keep the suite fast.
+GPU_FIXTURES = [p for p in _ALL_GPU if p.name in ("baseline", "optimized", "slow_loader", "tf_shapes")] or _ALL_GPU[:4]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# helpers shared with test_html / test_tensorboard / test_diff
+
+
+@functools.lru_cache(maxsize=None)
+def _analyzed(folder: str):
+    trace = load(folder, NOCACHE)
+    rep = analyze(trace, NOCACHE)
+    by_rank = {rt.rank: rt for rt in trace.ranks}
+    for ra in rep.ranks:
+        rt = by_rank[ra.rank]
+        ra.tables.setdefault("timeline", step_timeline(rt, find_steps(rt)))
+    return trace, rep, rep.to_dict()
+
+
+def analyzed(folder):
+    """(trace, report, report dict) of a folder, cached; ``ra.tables["timeline"]`` filled (median-wall step)."""
+    trace, rep, d = _analyzed(str(folder))
+    return trace, rep, copy.deepcopy(d)
+
+
+def synthetic_cpu_run(folder, ranks=(0, 1), world_size=None, steps=3, loader_ms=None) -> Path:
+    """Small CPU-only (gloo-like) traces, one file per rank: ProfilerSteps with a DataLoader wait, forward,
+    backward, an all-reduce (c10d op + gloo annotation on a second thread) and the optimizer step."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    world_size = world_size or len(ranks)
+    for r in ranks:
+        lm = (loader_ms or {}).get(r, 1.0 + r)
+        ev, t = [], 1000.0
+
+        def put(cat, name, ts, dur, tid=1):
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + r, "tid": tid, "ts": ts, "dur": dur,
+                       "args": {}})
+
+        for k in range(steps):
+            wall = 20000.0 + 500 * k
+            put("user_annotation", f"ProfilerStep#{k + 1}", t, wall)
+            put("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 10, lm * 1000)
+            f0 = t + 20 + lm * 1000
+            put("cpu_op", "aten::linear", f0, 3000)
+            put("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", f0 + 3100, 6000)
+            put("cpu_op", "c10d::allreduce_", f0 + 9200, 2000)
+            put("user_annotation", "gloo:all_reduce", f0 + 9300, 1800, tid=2)
+            put("user_annotation", "Optimizer.step#AdamW.step", f0 + 11400, 1500)
+            t += wall + 100
+        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": r, "world_size": world_size},
+               "baseTimeNanoseconds": 1700000000000000000, "traceEvents": ev}
+        (folder / f"rank{r}.pt.trace.json").write_text(json.dumps(doc))
+    return folder
+
+
+def real_cpu_run(request, name: str = "cpu_baseline_run") -> Path:
+    """A real 2-rank CPU (gloo) capture from tests/conftest.py's session fixtures (``cpu_baseline_run``,
+    ``cpu_clean_run``...); skips where those fixtures (or torch) are not there."""
+    try:
+        return request.getfixturevalue(name)
+    except pytest.FixtureLookupError:
+        pytest.skip(f"fixture {name} (tests/conftest.py) not available")
+
+
+def empty_report() -> dict:
+    """A report dict with no usable rank at all (every file skipped)."""
+    return {"schema": "traceinspect.report/1", "source": "nowhere", "world_size": 2, "ranks_analyzed": 0, "ranks": [],
+            "findings": [], "skipped": [{"file": "rank0.json", "reason": "truncated"}], "missing_ranks": [0, 1],
+            "cross_rank": {}, "errors": []}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_palette_one_color_per_category():
+    keys = [k for k, _ in GPU_COLUMNS] + [k for k, _ in CPU_COLUMNS] + list(GPU_CATEGORIES)
+    for k in keys:
+        assert plots.color(k).startswith("#"), k
+    # exposed names share their category's color; distinct categories never share one
+    assert plots.color("comm_exposed") == plots.color("comm") and plots.color("h2d_exposed") == plots.color("h2d")
+    base = {k[: -len("_exposed")] if k.endswith("_exposed") else k for k in keys}
+    colors = [plots.color(k) for k in sorted(base)]
+    assert len(set(colors)) == len(colors)
+
+
+def test_step_breakdown_bars_are_the_breakdown():
+    need(DIFF_CONTROL)
+    _, rep, d = analyzed(DIFF_CONTROL)
+    fig = plots.step_breakdown_figure(d)
+    ax = fig.axes[0]
+    r = d["ranks"][0]
+    by_step = {str(s["step"]): s for s in r["steps"]}
+    seen = {}
+    for p in ax.patches:
+        gid = p.get_gid()
+        if not gid or not gid.startswith("bd:"):
+            continue
+        _, rank, step, key = gid.split(":")
+        assert int(rank) == r["rank"]
+        s = by_step[step]
+        assert p.get_height() == pytest.approx(s["breakdown_us"][key] / 1000.0, rel=1e-9)
+        seen.setdefault(step, []).append((p.get_y(), p.get_height()))
+    assert set(seen) == set(by_step)
+    for step, segs in seen.items():  # segments stack without gaps up to the wall time
+        segs.sort()
+        top = 0.0
+        for y, h in segs:
+            assert y == pytest.approx(top, abs=1e-9)
+            top += h
+        assert top == pytest.approx(by_step[step]["wall_us"] / 1000.0, rel=1e-9)
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(s["step"]) for s in r["steps"]]
+    assert ax.get_ylabel().endswith("(ms)")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "idle" in legend and "compute" in legend
+
+
+def test_step_breakdown_many_bars_shows_rank_means(tmp_path):
+    d = json.loads(json.dumps(_synthetic_dict(tmp_path)))
+    base = d["ranks"][0]
+    d["ranks"] = [dict(copy.deepcopy(base), rank=i) for i in range(30)]  # 30 ranks x 3 steps > MAX_BARS
+    fig = plots.step_breakdown_figure(d)
+    ax = fig.axes[0]
+    mean = base["summary"]["mean_breakdown_us"]
+    bars = [p for p in ax.patches if (p.get_gid() or "").startswith("bd:")]
+    assert len({p.get_x() for p in bars}) == 30
+    for p in bars:
+        key = p.get_gid().split(":")[3]
+        assert p.get_height() == pytest.approx(mean[key] / 1000.0)
+    assert "rank" in ax.get_xlabel()
+
+
+def _synthetic_dict(tmp_path, **kw) -> dict:
+    folder = synthetic_cpu_run(tmp_path / "syn", **kw)
+    return analyze(load(folder, NOCACHE), NOCACHE).to_dict()
+
+
+def test_cpu_only_ranks_missing_rank(tmp_path):
+    """No GPU events and rank 1 of 3 missing: CPU categories, a rank comparison, no GPU-only plots."""
+    d = _synthetic_dict(tmp_path, ranks=(0, 2), world_size=3, loader_ms={0: 1.0, 2: 9.0})
+    rep = analyze(load(tmp_path / "syn", NOCACHE), NOCACHE)
+    assert d["missing_ranks"] == [1]
+    figs = plots.figures(d, rep)
+    assert list(figs) == ["step_breakdown", "ranks"]
+    legend = [t.get_text() for t in figs["step_breakdown"].axes[0].get_legend().get_texts()]
+    assert "dataloader" in legend and "compute" not in legend and "idle" not in legend
+    # ranks plot: bar widths are each rank's mean breakdown, the "lost" panel the cross-rank wait
+    ax, ax2 = figs["ranks"].axes[:2]
+    for r in d["ranks"]:
+        mean = r["summary"]["mean_breakdown_us"]
+        segs = [p for p in ax.patches if (p.get_gid() or "").startswith(f"mean:{r['rank']}:")]
+        assert segs
+        for p in segs:
+            assert p.get_width() == pytest.approx(mean[p.get_gid().split(":")[2]] / 1000.0)
+        assert sum(p.get_width() for p in segs) == pytest.approx(r["summary"]["mean_wall_us"] / 1000.0)
+    waits = {p["rank"]: p["wait_per_step_us"] for p in d["cross_rank"]["per_rank"]}
+    for p in ax2.patches:
+        if (p.get_gid() or "").startswith("wait:"):
+            assert p.get_width() == pytest.approx(waits[int(p.get_gid().split(":")[1])] / 1000.0)
+    straggler = d["cross_rank"]["straggler"]["rank"]
+    assert straggler == 2 and f"straggler: rank {straggler}" in figs["ranks"]._suptitle.get_text()
+    paths = plots.write_plots(d, rep, tmp_path / "out")
+    assert [p.name for p in paths] == ["step_breakdown.png", "ranks.png"]
+
+
+def test_timeline_is_the_median_step_and_adds_up_to_the_breakdown():
+    need(DIFF_CONTROL)
+    trace, rep, d = analyzed(DIFF_CONTROL)
+    ra = rep.ranks[0]
+    tl = ra.tables["timeline"]
+    walls = sorted((s["wall_us"], s["step"]) for s in d["ranks"][0]["steps"])
+    assert int(tl["step"].iloc[0]) == walls[(len(walls) - 1) // 2][1] == median_step(find_steps(trace.ranks[0]))
+    step = next(s for s in d["ranks"][0]["steps"] if s["step"] == int(tl["step"].iloc[0]))
+    # The clipped intervals, swept with the breakdown's priorities, give exactly the step's breakdown.
+    codes = tl["category"].map({c: i for i, c in enumerate(GPU_CATEGORIES)}).to_numpy()
+    t = build_timeline(tl["start_us"].to_numpy(), tl["end_us"].to_numpy(), codes, len(GPU_CATEGORIES))
+    row = ra.steps[ra.steps["step"] == step["step"]].iloc[0]
+    excl = t.exclusive_in(row["start_us"], row["end_us"])[:, 0]
+    names = ["compute", "comm_exposed", "h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"]
+    for i, n in enumerate(names):
+        assert excl[i] == pytest.approx(step["breakdown_us"][n], abs=1e-6)
+    # pageable copies: the same ones the pageable-copies table lists for that step
+    pc = ra.tables["pageable_copies"]
+    assert int(tl["pageable"].sum()) == int((pc["step"] == step["step"]).sum()) > 0
+
+    fig = plots.timeline_figure(d, rep)
+    ax = fig.axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert sorted(lanes) == sorted(f"stream {s}" for s in tl["stream"].unique())
+    assert ax.get_xlim()[1] == pytest.approx(step["wall_us"] / 1000.0)
+    assert f"step {step['step']}" in fig._suptitle.get_text() and "median" in fig._suptitle.get_text()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(f"{int(tl['pageable'].sum())} in this step" in x for x in legend)
+    assert "NCCL / comm" in legend
+
+
+def test_timeline_skipped_without_table_or_gpu(tmp_path):
+    need(DIFF_CONTROL)
+    _, rep, d = analyzed(DIFF_CONTROL)
+    saved = rep.ranks[0].tables.pop("timeline")
+    try:
+        assert plots.timeline_figure(d, rep) is None
+        assert plots.timeline_figure(d, None) is None
+        assert "timeline" not in plots.figures(d, rep)
+    finally:
+        rep.ranks[0].tables["timeline"] = saved
+    syn = synthetic_cpu_run(tmp_path / "cpu")
+    trace = load(syn, NOCACHE)
+    tl = step_timeline(trace.ranks[0], find_steps(trace.ranks[0]))
+    assert tl.empty and list(tl.columns) == ["step", "stream", "start_us", "end_us", "category", "name", "pageable"]
+
+
+def test_message_sizes_are_the_collectives_and_the_cap():
+    need(DDP_2RANK)
+    _, rep, d = analyzed(DDP_2RANK)
+    colls = rep.ranks[0].tables["collectives"]
+    known = sorted(float(b) for b in colls["bytes"] if b is not None and float(b) > 0)
+    fig = plots.message_sizes_figure(d, rep)
+    ax = fig.axes[0]
+    xs = sorted(float(x) for coll in ax.collections for x, _ in coll.get_offsets())
+    assert xs == pytest.approx(known)
+    cap = [ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert cap == [25 * 2 ** 20]
+    assert ax.get_xscale() == "log"
+    rows = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
+    assert rows[-1] == "allreduce" and set(rows) == set(colls["name"])
+    # the capture's own bucket cap wins over the default; the dict alone (no Report) is enough
+    d2 = copy.deepcopy(d)
+    d2["ranks"][0]["metadata"] = {"ddp": {"bucket_cap_mb": 1.0}}
+    ax2 = plots.message_sizes_figure(d2, None).axes[0]
+    assert [ln.get_xdata()[0] for ln in ax2.lines if ln.get_linestyle() == "--"] == [2 ** 20]
+    assert sorted(float(x) for c in ax2.collections for x, _ in c.get_offsets()) == pytest.approx(known)
+
+
+def test_message_sizes_skipped_without_collectives():
+    need(BERT)
+    _, rep, d = analyzed(BERT)
+    assert plots.message_sizes_figure(d, rep) is None
+    assert plots.ranks_figure(d) is None  # one rank
+    assert list(plots.figures(d, rep)) == ["step_breakdown", "timeline"]
+
+
+def test_write_plots_pngs(tmp_path):
+    need(DIFF_CONTROL)
+    _, rep, d = analyzed(DIFF_CONTROL)
+    paths = plots.write_plots(d, rep, tmp_path / "plots")
+    sized = [c for s in d["ranks"][0]["steps"] for c in s.get("collectives") or [] if (c.get("bytes") or 0) > 0]
+    assert [p.name for p in paths] == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else [])
+    for p in paths:
+        w, h = png_size(p.read_bytes())
+        assert 700 <= w <= 2100 and 300 <= h <= 1800, (p.name, w, h)
+
+
+def test_empty_report_draws_nothing(tmp_path):
+    d = empty_report()
+    assert plots.figures(d, None) == {}
+    assert plots.write_plots(d, None, tmp_path / "none") == []
+
+
+def test_plots_leave_pyplot_alone(tmp_path):
+    """Importing and drawing never touches pyplot (no global figures, no backend switch in the caller)."""
+    folder = synthetic_cpu_run(tmp_path / "syn")
+    code = (
+        "import sys\n"
+        "from traceinspect.load import load\nfrom traceinspect.analyze import analyze\n"
+        "from traceinspect.config import Config\nfrom traceinspect.render.plots import write_plots\n"
+        f"rep = analyze(load({str(folder)!r}, Config(use_cache=False, workers=1)))\n"
+        f"write_plots(rep.to_dict(), rep, {str(tmp_path / 'o')!r})\n"
+        "print('matplotlib.pyplot' in sys.modules)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"
+
+
+def test_real_cpu_capture(request):
+    folder = real_cpu_run(request, "cpu_baseline_run")
+    _, rep, d = analyzed(folder)
+    figs = plots.figures(d, rep)
+    assert "step_breakdown" in figs and "ranks" in figs and "timeline" not in figs
+    bars = [p for p in figs["step_breakdown"].axes[0].patches if (p.get_gid() or "").startswith("bd:")]
+    total = sum(p.get_height() for p in bars)
+    assert total == pytest.approx(sum(s["wall_us"] for r in d["ranks"] for s in r["steps"]) / 1000.0)
+    assert {r["basis"] for r in d["ranks"]} == {"cpu"} and len(d["ranks"]) == 2
+
+
+@pytest.mark.parametrize("folder", GPU_FIXTURES or [None], ids=[p.name for p in GPU_FIXTURES] or ["none"])
+def test_gpu_fixtures(folder, tmp_path):
+    """Every committed GPU fixture: the plots it supports, bars equal to its breakdown, a timeline lane per stream."""
+    if folder is None:
+        pytest.skip("no GPU fixtures in fixtures/gpu yet")
+    _, rep, d = analyzed(folder)
+    figs = plots.figures(d, rep)
+    assert list(figs)[:2] == ["step_breakdown", "timeline"]
+    ax = plots.step_breakdown_figure(d).axes[0]
+    steps = {(r["rank"], str(s["step"])): s for r in d["ranks"] for s in r["steps"]}
+    for p in ax.patches:
+        if (p.get_gid() or "").startswith("bd:"):
+            _, rank, step, key = p.get_gid().split(":")
+            assert p.get_height() == pytest.approx(steps[(int(rank), step)]["breakdown_us"][key] / 1000.0)
+    tl = next((ra.tables["timeline"] for ra in rep.ranks if len(ra.tables["timeline"])), None)
+    if tl is not None:
+        fig = plots.timeline_figure(d, rep)
+        assert len(fig.axes[0].get_yticklabels()) == min(tl["stream"].nunique(), plots.MAX_LANES)

@@ -1,0 +1,574 @@
+"""Which precision the matrix work of each step actually ran in, and the optimizer / AMP / GEMM-shape facts the
+precision rules need.
+
+``extend_rank`` (called by ``analyze_rank``) adds to ``ra.tables``:
+
+* ``matmul``: per step, precision and family (``gemm``, ``conv``, ``attention``): kernel ``count``, ``total_us``;
+* ``matmul_kernels``: per matrix kernel name: precision, family, how it was decided (``source``), the op that
+  launched it most often, count and time over all steps;
+* ``gemm_shapes`` (only with ``record_shapes``): per step and GEMM op shape: M, N, K, batch, precision, whether
+  all of M, N, K are multiples of 8, count and kernel time;
+* ``amp_ops``: per step, GradScaler ops (count, CPU time, kernels they launched and their GPU time);
+* ``optimizer``: per step, ``Optimizer.step#*`` and ``Optimizer.zero_grad#*`` calls and what ran inside them;
+
+and to ``ra.steps``: ``matmul_count``, ``matmul_us`` and ``matmul_<p>_us`` for every precision class ``p``,
+plus ``matmul_16bit_us`` (bf16 + fp16 + 16-bit kernels whose bf16/fp16 type could not be told apart).
+
+How a kernel's precision is decided is documented in docs/rules-precision.md (kernel-name table with sources).
+The short version: the kernel's name first (it is what ran: a ``..._ffma_...`` kernel is fp32 on CUDA cores even
+when its op asked for float math that TF32 could have served); the launching op's ``Input type`` (joined by
+External id, else by the CPU op that encloses the launch) fills in names that do not say, and separates bf16 from
+fp16 where a name says only "16-bit". Kernel time is the sum of kernel durations (kernels on several streams may
+overlap). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from .trace import Kind, RankTrace
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
+FAMILIES = ("gemm", "conv", "attention")
+SIXTEEN = "16bit"  # internal: a 16-bit kernel whose name does not say bf16 or fp16
+
+GRADSCALER_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_",
+                  "aten::_amp_non_finite_check_and_unscale_")
+OPT_STEP_PREFIX = "Optimizer.step#"
+OPT_ZERO_PREFIX = "Optimizer.zero_grad#"
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+            "aten::_scaled_mm", "aten::_int_mm", "aten::addbmm")
+
+MATMUL_COLUMNS = ["step", "precision", "family", "count", "total_us"]
+KERNEL_COLUMNS = ["name", "precision", "family", "source", "op", "op_dtype", "count", "total_us"]
+SHAPE_COLUMNS = ["step", "op", "precision", "batch", "m", "n", "k", "aligned8", "count", "total_us", "kernel"]
+AMP_COLUMNS = ["step", "name", "count", "cpu_us", "kernel_count", "gpu_us"]
+OPT_COLUMNS = ["step", "kind", "optimizer", "calls", "cpu_us", "ops", "foreach_ops", "fused_ops",
+               "single_tensor_ops", "zero_ops", "kernel_count", "multi_tensor_kernels", "gpu_us"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Kernel names -> (family, precision)
+
+# Kernels that belong to a matrix op but are not its matrix math (layout transforms, split-K reductions,
+# epilogues, attention-backward pre/post-processing): not matrix work, whatever their element type.
+_HELPER = re.compile(
+    r"splitkreduce|splitk_reduce|reducesplitk|reduce_wgrad|epilogue::impl|nchwtonhwc|nhwctonchw|computeoffsets|"
+    r"convert_dq|dot_do_o|dq_to_16bits|flash_bwd_clear|memset|memcpy|fillfunctor|lpnorm|cask_cudnn|"
+    r"compute_dot_do_o|init_device_workspace|transpose_|batchnorm|bn_fw|bn_bw|layer_norm|softmax_warp|rmsnorm"
+)
+_ATTENTION = re.compile(
+    r"flash_fwd|flash_bwd|flashattn|pytorch_flash::|flash::|fmha|_sdpa_|native_sdpa|attn_fwd|attn_bwd|mha_fwd|"
+    r"mha_bwd|attentionkernel|attention_kernel|prefillwith|decodewith"
+)
+_CONV = re.compile(
+    r"conv(?!ert)|fprop|dgrad|wgrad|implicitgemm|implicit_gemm|scudnn|hcudnn|winograd|fft2d_r2c|fft2d_c2r|"
+    r"implicit_convolve|explicit_convolve|h884cudnn|h1688cudnn|s884cudnn"
+)
+_GEMM = re.compile(
+    r"gemm|gemv|nvjet|wgmma|tensorop|s1688|s16816|h884|h1688|h16816|i8816|i16832|cutlass|magma_|"
+    r"triton_\w*_(?:b|add)?mm_|triton_tem_fused_\w*mm"
+)
+
+_NVJET = re.compile(r"nvjet_(?:sm\d+[a-z]?_)?([a-z]{3,5})_")
+_NVJET_LETTER = {"t": "bf16", "h": "fp16", "q": "fp8", "e": "fp8", "i": "int8"}
+_XMMA = re.compile(r"xmma_\w*?gemm(?:_indexed)?_([a-z0-9]+?)_([a-z0-9]+?)_")
+_XMMA_TYPE = (("bf16", "bf16"), ("tf32", "tf32"), ("cf32", "fp32"), ("f32", "fp32"), ("f16", "fp16"),
+              ("e4m3", "fp8"), ("e5m2", "fp8"), ("f8", "fp8"), ("i8", "int8"), ("s8", "int8"), ("u8", "int8"),
+              ("f64", "unknown"))
+_FMHA = re.compile(r"fmha_cutlass[fb]_(bf16|f16|f32)_")
+
+# Ordered (pattern, precision): the first that matches the lower-cased name decides.
+_NAME_RULES = [
+    (re.compile(r"e4m3|e5m2|float8|_fp8|fp8_|f8f8|_f8_"), "fp8"),
+    (re.compile(r"i8816|i16832|i161616|_s8_|int8|imma|i8i8|igemm"), "int8"),
+    (re.compile(r"_ffma|fast_f32|3xtf32|fastf32"), "fp32"),  # FFMA = CUDA cores; 3xTF32 = fp32 accuracy
+    (re.compile(r"tfloat32|tf32"), "tf32"),
+    (re.compile(r"bf16|bfloat16"), "bf16"),
+    (re.compile(r"cudnn_generated\w*_f16_|hmma|s16816gemm_(?!bf16|f16)"), SIXTEEN),
+    (re.compile(r"fp16|_f16_|_f16$|half_t|__half|c10::half|h884|h1688|h16816|hgemm|hcudnn"), "fp16"),
+    (re.compile(r"s1688gemm|s1688fprop|s1688dgrad|s1688wgrad|tensorop_s1688"), "tf32"),
+    (re.compile(r"sgemm|scudnn|implicit_convolve_sgemm|explicit_convolve_sgemm"), "fp32"),
+    (re.compile(r"dgemm|_f64_|<double"), "unknown"),
+]
+_TEMPLATE_FLOAT = re.compile(r"<[^<>]*?\b(float|double)\b")
+
+
+@lru_cache(maxsize=8192)
+def classify_kernel(name: str) -> tuple[str, str] | None:
+    """(family, precision) of a kernel from its name, or None when it is not matrix work.
+
+    ``precision`` is one of PRECISIONS, or ``"16bit"`` when the name says 16-bit but not which (cuDNN's generated
+    attention kernels say ``f16`` for bf16 too); "unknown" when the name does not say.
+    """
+    n = name.lower().replace("fbgemm", "fb")  # FBGEMM-GPU's sparse ops are not GEMMs; its GEMMs say cutlass/f8
+    if "nccl" in n or _HELPER.search(n):
+        return None
+    if _ATTENTION.search(n):
+        family = "attention"
+    elif _CONV.search(n):
+        family = "conv"
+    elif _GEMM.search(n):
+        family = "gemm"
+    else:
+        return None
+    return family, _name_precision(n)
+
+
+def _name_precision(n: str) -> str:
+    m = _NVJET.search(n)
+    if m:  # cuBLASLt's Hopper/Blackwell kernels: the first letter is the A operand's type (docs: table)
+        code = m.group(1)
+        if code[0] == "s":
+            return "tf32" if "tf32" in n else "unknown"
+        return _NVJET_LETTER.get(code[0], "unknown")
+    if "_ffma" in n:
+        return "fp32"
+    m = _XMMA.search(n)
+    if m:  # sm80_xmma_gemm_<A><B>_<math><acc>_<C>: the math (MMA operand) type decides
+        math = m.group(2)
+        for token, prec in _XMMA_TYPE:
+            if math.startswith(token):
+                return prec
+    m = _FMHA.search(n)
+    if m:  # PyTorch's memory-efficient attention; f32 runs 3xTF32 (fp32 accuracy), counted as fp32
+        return {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[m.group(1)]
+    for pat, prec in _NAME_RULES:
+        if pat.search(n):
+            return prec
+    m = _TEMPLATE_FLOAT.search(n)  # gemv / winograd / fft kernels templated on their element type
+    if m:
+        return "fp32" if m.group(1) == "float" else "unknown"
+    return "unknown"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Input types of the launching op
+
+_TYPE_MAP = {
+    "float": "fp32", "c10::bfloat16": "bf16", "c10::half": "fp16", "double": "fp64",
+    "signed char": "int8", "unsigned char": "int8", "int8_t": "int8", "uint8_t": "int8",
+}
+
+
+@lru_cache(maxsize=65536)
+def op_dtype(in_types: str | None) -> str | None:
+    """Data type of the first tensor input in an ``Input type`` JSON list: fp32, bf16, fp16, fp8, int8, fp64."""
+    if not in_types:
+        return None
+    try:
+        types = json.loads(in_types)
+    except (ValueError, TypeError):
+        return None
+    for t in types if isinstance(types, list) else []:
+        if not isinstance(t, str):
+            continue
+        low = t.lower()
+        if "float8" in low:
+            return "fp8"
+        if low in _TYPE_MAP:
+            return _TYPE_MAP[low]
+    return None
+
+
+@lru_cache(maxsize=65536)
+def _dims(in_dims: str | None):
+    if not in_dims:
+        return None
+    try:
+        d = json.loads(in_dims)
+    except (ValueError, TypeError):
+        return None
+    return d if isinstance(d, list) else None
+
+
+def gemm_shape(op: str, in_dims: str | None) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a GEMM op from its ``Input Dims``, or None."""
+    d = _dims(in_dims)
+    if not d:
+        return None
+    mats = [x for x in d if isinstance(x, list) and len(x) >= 2 and all(isinstance(v, int) for v in x)]
+    try:
+        if op in ("aten::addmm", "aten::baddbmm", "aten::addbmm"):
+            a, b = mats[-2], mats[-1]  # (bias, mat1, mat2): the bias may be 2-D too
+        elif op in ("aten::mm", "aten::_scaled_mm", "aten::_int_mm", "aten::bmm", "aten::matmul"):
+            a, b = mats[0], mats[1]
+        else:
+            a = b = None
+        if a is not None:
+            batch = int(np.prod(a[:-2])) if len(a) > 2 else 1
+            return batch, int(a[-2]), int(b[-1]), int(a[-1])
+        if op == "aten::linear":
+            x, w = d[0], d[1]
+            if not (isinstance(x, list) and isinstance(w, list) and len(x) >= 1 and len(w) == 2):
+                return None
+            m = int(np.prod(x[:-1])) if len(x) > 1 else 1
+            return 1, m, int(w[0]), int(w[1])
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Joins: kernel -> launching runtime call -> the CPU op that issued it
+
+
+def _runtime_rows(ev: pd.DataFrame) -> pd.DataFrame:
+    kind = ev["kind"].to_numpy()
+    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
+    return pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
+                         "rt": rt}).drop_duplicates(["window", "corr"])
+
+
+def launching_ops(ev: pd.DataFrame, krows: np.ndarray) -> np.ndarray:
+    """For GPU event rows: the row of the CPU op that launched each (innermost op), or -1.
+
+    By External id when the op with that id encloses the launching runtime call on its thread (older Kineto
+    wrote the correlation into the kernels' External id, which then names no op or the wrong one); else the
+    innermost CPU op on the launching thread that encloses the call.
+    """
+    out = np.full(len(krows), -1, np.int64)
+    if not len(krows):
+        return out
+    kind = ev["kind"].to_numpy()
+    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
+    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
+    if not len(cpu):
+        return out
+    q = pd.DataFrame({"window": win[krows], "corr": ev["corr"].to_numpy()[krows],
+                      "ext": ev["ext"].to_numpy()[krows], "pos": np.arange(len(krows))})
+    q = q.merge(_runtime_rows(ev), on=["window", "corr"], how="left")
+    has_rt = q["rt"].notna().to_numpy()
+    rt = np.where(has_rt, q["rt"].fillna(-1).to_numpy(), -1).astype(np.int64)
+    ops = pd.DataFrame({"window": win[cpu], "ext": ev["ext"].to_numpy()[cpu], "op": cpu, "odur": dur[cpu]})
+    ops = ops[ops["ext"] >= 0].sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
+    m = q[["window", "ext", "pos"]].merge(ops[["window", "ext", "op"]], on=["window", "ext"], how="inner")
+    if len(m):
+        pos = m["pos"].to_numpy()
+        op = m["op"].to_numpy()
+        r = rt[pos]
+        ok = r < 0  # no runtime call to check against: take the id as written
+        chk = r >= 0
+        rr = r[chk]
+        oo = op[chk]
+        ok[chk] = (ts[oo] <= ts[rr]) & (ts[rr] <= ts[oo] + dur[oo]) & (tid[oo] == tid[rr])
+        out[pos[ok]] = op[ok]
+    todo = np.flatnonzero((out < 0) & (rt >= 0))
+    if len(todo):
+        q2 = pd.DataFrame({"w": win[rt[todo]], "t": tid[rt[todo]], "i": todo})
+        for (w, t), grp in q2.groupby(["w", "t"], sort=False):
+            cand = cpu[(win[cpu] == w) & (tid[cpu] == t)]
+            if not len(cand):
+                continue
+            cand = cand[np.argsort(ts[cand], kind="stable")]
+            starts, ends = ts[cand], ts[cand] + dur[cand]
+            idx = grp["i"].to_numpy()
+            xs = ts[rt[idx]]
+            js = np.searchsorted(starts, xs, side="right") - 1
+            for i, x, j in zip(idx, xs, js):
+                # Ops on a thread nest: the latest-starting op that still encloses the call is the innermost.
+                for k in range(j, max(j - 256, -1), -1):
+                    if ends[k] >= x:
+                        out[i] = cand[k]
+                        break
+    return out
+
+
+def _step_of(steps, rows_ts: np.ndarray) -> np.ndarray:
+    """Step index (into steps.table) whose CPU window holds each timestamp, or -1."""
+    st = steps.table
+    cs = st["cpu_start"].to_numpy()
+    ce = st["cpu_end"].to_numpy()
+    if not len(cs):
+        return np.full(len(rows_ts), -1, np.int64)
+    k = np.searchsorted(cs, rows_ts, side="right") - 1
+    ok = (k >= 0) & (rows_ts < ce[np.clip(k, 0, None)])
+    return np.where(ok, k, -1)
+
+
+_MULTI_TENSOR = re.compile(r"multi_tensor_apply|fusedoptimizer|multitensor|fused_adam|fused_sgd", re.I)
+
+
+def kernels_inside(ev: pd.DataFrame, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For CPU span rows (annotations / ops): number and summed GPU time of the kernels (and memsets) launched by
+    runtime calls that run inside each span on the span's thread, and how many of them are multi-tensor kernels
+    (``multi_tensor_apply``: one launch for a list of tensors, what foreach / fused optimizers launch)."""
+    n = len(spans)
+    cnt = np.zeros(n, np.int64)
+    gpu = np.zeros(n)
+    multi = np.zeros(n, np.int64)
+    if not n:
+        return cnt, gpu, multi
+    kind = ev["kind"].to_numpy()
+    ts, dur, tid, win, corr = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window", "corr"))
+    g = np.flatnonzero((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET)))
+    if not len(g):
+        return cnt, gpu, multi
+    cats = ev["name"].cat.categories
+    mlut = np.array([bool(_MULTI_TENSOR.search(str(c))) for c in cats] + [False])
+    rt = _runtime_rows(ev)
+    gdf = pd.DataFrame({"window": win[g], "corr": corr[g], "gdur": dur[g],
+                        "multi": mlut[ev["name"].cat.codes.to_numpy()[g]]}).merge(rt, on=["window", "corr"])
+    if not len(gdf):
+        return cnt, gpu, multi
+    r = gdf["rt"].to_numpy()
+    launch = pd.DataFrame({"t": tid[r], "w": win[r], "x": ts[r], "gdur": gdf["gdur"].to_numpy(),
+                           "multi": gdf["multi"].to_numpy()})
+    for (w, t), grp in launch.groupby(["w", "t"], sort=False):
+        mine = np.flatnonzero((win[spans] == w) & (tid[spans] == t))
+        if not len(mine):
+            continue
+        order = np.argsort(grp["x"].to_numpy(), kind="stable")
+        xs = grp["x"].to_numpy()[order]
+        cum = np.concatenate([[0.0], np.cumsum(grp["gdur"].to_numpy()[order])])
+        cm = np.concatenate([[0], np.cumsum(grp["multi"].to_numpy()[order])])
+        a = np.searchsorted(xs, ts[spans[mine]], side="left")
+        b = np.searchsorted(xs, ts[spans[mine]] + dur[spans[mine]], side="right")
+        cnt[mine] = b - a
+        gpu[mine] = cum[b] - cum[a]
+        multi[mine] = cm[b] - cm[a]
+    return cnt, gpu, multi
+
+
+# --------------------------------------------------------------------------------------------------------------
+# extend_rank
+
+
+def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
+    ev = rank.events
+    kt = _matrix_kernels(rank, steps)
+    ra.tables["matmul"] = _matmul_table(kt)
+    ra.tables["matmul_kernels"] = _kernel_table(kt)
+    ra.tables["gemm_shapes"] = _shape_table(kt)
+    _step_columns(ra, kt)
+    ra.tables["amp_ops"] = _amp_table(ev, steps)
+    ra.tables["optimizer"] = _optimizer_table(ev, steps)
+
+
+def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
+    """One row per matrix kernel inside a step: step, name, family, precision, source, dur, op, op_dtype, shape."""
+    ev = rank.events
+    cols = ["step", "name", "family", "precision", "source", "dur", "op", "op_dtype", "batch", "m", "n", "k"]
+    gidx = steps.gpu_index
+    if not len(gidx):
+        return pd.DataFrame(columns=cols)
+    kind = ev["kind"].to_numpy()[gidx]
+    isk = (kind == int(Kind.KERNEL)) & (steps.gpu_step >= 0)
+    cats = ev["name"].cat.categories
+    fam_lut = np.full(len(cats) + 1, -1, np.int64)
+    prec_lut = np.empty(len(cats) + 1, object)
+    for i, c in enumerate(cats):
+        r = classify_kernel(str(c))
+        if r is not None:
+            fam_lut[i] = FAMILIES.index(r[0])
+            prec_lut[i] = r[1]
+    codes = ev["name"].cat.codes.to_numpy()[gidx]
+    sel = isk & (fam_lut[codes] >= 0)
+    if not sel.any():
+        return pd.DataFrame(columns=cols)
+    rows = gidx[sel]
+    step_ids = steps.table["step"].to_numpy()
+    kt = pd.DataFrame({
+        "step": step_ids[steps.gpu_step[sel]].astype(np.int64),
+        "name": ev["name"].to_numpy()[rows].astype(str),
+        "family": np.array(FAMILIES)[fam_lut[codes[sel]]],
+        "precision": prec_lut[codes[sel]],
+        "dur": ev["dur"].to_numpy()[rows],
+    })
+    kt["source"] = "name"
+    kt["op"] = None
+    kt["op_dtype"] = None
+    for c in ("batch", "m", "n", "k"):
+        kt[c] = -1
+    if ev["in_types"].notna().any():
+        _join_ops(ev, rows, kt)
+    _resolve(kt)
+    return kt[cols]
+
+
+def _join_ops(ev: pd.DataFrame, rows: np.ndarray, kt: pd.DataFrame) -> None:
+    ops = launching_ops(ev, rows)
+    has = ops >= 0
+    if not has.any():
+        return
+    o = ops[has]
+    names = ev["name"].to_numpy()[o].astype(str)
+    types = ev["in_types"].to_numpy()[o]
+    dims = ev["in_dims"].to_numpy()[o]
+    kt.loc[has, "op"] = names
+    kt.loc[has, "op_dtype"] = [op_dtype(t) for t in types]
+    shapes = [gemm_shape(n, d) if n in GEMM_OPS else None for n, d in zip(names, dims)]
+    arr = np.array([s if s is not None else (-1, -1, -1, -1) for s in shapes], np.int64).reshape(-1, 4)
+    for j, c in enumerate(("batch", "m", "n", "k")):
+        kt.loc[has, c] = arr[:, j]
+
+
+def _resolve(kt: pd.DataFrame) -> None:
+    """Combine name and op dtype into the final precision and say how it was decided."""
+    prec = kt["precision"].to_numpy().astype(object)
+    dt = kt["op_dtype"].to_numpy()
+    src = kt["source"].to_numpy().astype(object)
+    definite = np.isin(prec, ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"])
+    has_dt = np.array([d is not None for d in dt])
+    # Name and op agree (tf32/fp32 kernels run on float data): the op confirms the name.
+    agree = definite & has_dt & np.array([_agrees(p, d) for p, d in zip(prec, dt)])
+    src[agree] = "name+op"
+    # 16-bit names: the op's dtype says which.
+    amb = (prec == SIXTEEN) & np.isin(dt, ["bf16", "fp16"])
+    prec[amb] = dt[amb]
+    src[amb] = "name(16-bit)+op"
+    # Names that say nothing: the op's dtype, unless it is float (fp32 data could run as fp32 or TF32).
+    unk = (prec == "unknown") & np.isin(dt, ["bf16", "fp16", "fp8", "int8"])
+    prec[unk] = dt[unk]
+    src[unk] = "op"
+    # Remaining 16-bit names: the rank's own 16-bit matrix work says which (bf16 and fp16 are rarely mixed).
+    left = prec == SIXTEEN
+    if left.any():
+        d = kt["dur"].to_numpy()
+        bf, fp = d[prec == "bf16"].sum(), d[prec == "fp16"].sum()
+        if bf or fp:
+            prec[left] = "bf16" if bf >= fp else "fp16"
+            src[left] = "name(16-bit)+rank"
+        else:
+            src[left] = "name(16-bit)"
+    kt["precision"] = prec
+    kt["source"] = src
+
+
+def _agrees(p: str, d: str) -> bool:
+    return (p in ("fp32", "tf32") and d == "fp32") or p == d
+
+
+def _matmul_table(kt: pd.DataFrame) -> pd.DataFrame:
+    if not len(kt):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in MATMUL_COLUMNS})
+    g = kt.groupby(["step", "precision", "family"], sort=True)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})[MATMUL_COLUMNS]
+
+
+def _kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
+    if not len(kt):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in KERNEL_COLUMNS})
+    rows = []
+    for (name, prec, fam), g in kt.groupby(["name", "precision", "family"], sort=False):
+        ops = Counter(x for x in g["op"] if x is not None)
+        dts = Counter(x for x in g["op_dtype"] if x is not None)
+        rows.append({"name": name, "precision": prec, "family": fam, "source": Counter(g["source"]).most_common(1)[0][0],
+                     "op": ops.most_common(1)[0][0] if ops else None, "op_dtype": dts.most_common(1)[0][0] if dts else None,
+                     "count": len(g), "total_us": float(g["dur"].sum())})
+    return pd.DataFrame(rows, columns=KERNEL_COLUMNS).sort_values("total_us", ascending=False, ignore_index=True)
+
+
+def _shape_table(kt: pd.DataFrame) -> pd.DataFrame:
+    if not len(kt) or not (kt["m"] >= 0).any():
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in SHAPE_COLUMNS})
+    s = kt[kt["m"] >= 0].copy()
+    s["aligned8"] = (s["m"] % 8 == 0) & (s["n"] % 8 == 0) & (s["k"] % 8 == 0)
+    g = s.groupby(["step", "op", "precision", "batch", "m", "n", "k", "aligned8"], sort=True)
+    out = g["dur"].agg(["count", "sum"]).reset_index().rename(columns={"sum": "total_us"})
+    out["kernel"] = g["name"].agg(lambda x: Counter(x).most_common(1)[0][0]).to_numpy()
+    return out[SHAPE_COLUMNS]
+
+
+def _step_columns(ra, kt: pd.DataFrame) -> None:
+    steps = ra.steps["step"].to_numpy()
+    by = {}
+    if len(kt):
+        piv = kt.pivot_table(index="step", columns="precision", values="dur", aggfunc="sum", fill_value=0.0)
+        by = {p: piv[p].reindex(steps, fill_value=0.0).to_numpy() for p in piv.columns}
+        counts = kt.groupby("step").size().reindex(steps, fill_value=0).to_numpy()
+    else:
+        counts = np.zeros(len(steps), np.int64)
+    zero = np.zeros(len(steps))
+    ra.steps["matmul_count"] = counts.astype(np.int64)
+    total = zero.copy()
+    for p in PRECISIONS:
+        v = by.get(p, zero)
+        ra.steps[f"matmul_{p}_us"] = v
+        total = total + v
+    sixteen = by.get(SIXTEEN, zero)
+    ra.steps["matmul_us"] = total + sixteen
+    ra.steps["matmul_16bit_us"] = by.get("bf16", zero) + by.get("fp16", zero) + sixteen
+
+
+def _amp_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
+    kind = ev["kind"].to_numpy()
+    cats = ev["name"].cat.categories
+    want = [i for i, c in enumerate(cats) if str(c) in GRADSCALER_OPS]
+    if not want:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in AMP_COLUMNS})
+    rows = np.flatnonzero((kind == int(Kind.CPU_OP)) & np.isin(ev["name"].cat.codes.to_numpy(), want))
+    k = _step_of(steps, ev["ts"].to_numpy()[rows])
+    rows, k = rows[k >= 0], k[k >= 0]
+    cnt, gpu, _ = kernels_inside(ev, rows)
+    df = pd.DataFrame({"step": steps.table["step"].to_numpy()[k], "name": ev["name"].to_numpy()[rows].astype(str),
+                       "cpu_us": ev["dur"].to_numpy()[rows], "kernel_count": cnt, "gpu_us": gpu})
+    g = df.groupby(["step", "name"], sort=True).agg(count=("cpu_us", "size"), cpu_us=("cpu_us", "sum"),
+                                                     kernel_count=("kernel_count", "sum"), gpu_us=("gpu_us", "sum"))
+    return g.reset_index()[AMP_COLUMNS]
+
+
+def _optimizer_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
+    """Optimizer.step / zero_grad annotations per step, with the CPU ops that ran inside them on their thread."""
+    kind = ev["kind"].to_numpy()
+    cats = [str(c) for c in ev["name"].cat.categories]
+    codes = ev["name"].cat.codes.to_numpy()
+    is_span = (kind == int(Kind.USER_ANNOTATION)) | (kind == int(Kind.CPU_OP))
+    step_codes = [i for i, c in enumerate(cats) if c.startswith(OPT_STEP_PREFIX)]
+    zero_codes = [i for i, c in enumerate(cats) if c.startswith(OPT_ZERO_PREFIX)]
+    spans = np.flatnonzero(is_span & np.isin(codes, step_codes + zero_codes))
+    if not len(spans):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in OPT_COLUMNS})
+    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
+    k = _step_of(steps, ts[spans])
+    spans, k = spans[k >= 0], k[k >= 0]
+    if not len(spans):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in OPT_COLUMNS})
+    # Per op name, once: which kind of optimizer op it is.
+    flags = {
+        "ops": np.ones(len(cats) + 1, bool),
+        "foreach_ops": np.array([c.startswith("aten::_foreach_") and c != "aten::_foreach_zero_" for c in cats] + [False]),
+        "fused_ops": np.array([c.startswith("aten::_fused_") for c in cats] + [False]),
+        "single_tensor_ops": np.array(["_single_tensor_" in c for c in cats] + [False]),
+        # zero_grad(set_to_none=False) zeroes each grad with zero_ (fill_ runs inside it) or one _foreach_zero_.
+        "zero_ops": np.array([c in ("aten::zero_", "aten::_foreach_zero_") for c in cats] + [False]),
+        "fill_ops": np.array([c == "aten::fill_" for c in cats] + [False]),
+    }
+    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
+    counts = {f: np.zeros(len(spans), np.int64) for f in flags}
+    span_df = pd.DataFrame({"w": win[spans], "t": tid[spans], "j": np.arange(len(spans))})
+    cpu_df = pd.DataFrame({"w": win[cpu], "t": tid[cpu], "r": cpu})
+    groups = {key: g["r"].to_numpy() for key, g in cpu_df.groupby(["w", "t"], sort=False)}
+    for key, g in span_df.groupby(["w", "t"], sort=False):
+        rows = groups.get(key)
+        if rows is None:
+            continue
+        rows = rows[np.argsort(ts[rows], kind="stable")]
+        t = ts[rows]
+        j = g["j"].to_numpy()
+        a = np.searchsorted(t, ts[spans[j]], side="left")
+        b = np.searchsorted(t, ts[spans[j]] + dur[spans[j]], side="right")
+        c = codes[rows]
+        for f, lut in flags.items():
+            cum = np.concatenate([[0], np.cumsum(lut[c])])
+            counts[f][j] = cum[b] - cum[a]
+    # A span that is itself a CPU op counts itself among the ops inside; take it out.
+    counts["ops"] -= (kind[spans] == int(Kind.CPU_OP)).astype(np.int64)
+    counts["zero_ops"] = np.where(counts["zero_ops"] > 0, counts["zero_ops"], counts.pop("fill_ops"))
+    cnt, gpu, multi = kernels_inside(ev, spans)
+    names = [cats[c] for c in codes[spans]]
+    df = pd.DataFrame({
+        "step": steps.table["step"].to_numpy()[k].astype(np.int64),
+        "kind": ["step" if n.startswith(OPT_STEP_PREFIX) else "zero_grad" for n in names],
+        "optimizer": [n.split("#", 1)[1].rsplit(".", 1)[0] for n in names],
+        "calls": 1, "cpu_us": dur[spans], **counts, "kernel_count": cnt, "multi_tensor_kernels": multi,
+        "gpu_us": gpu,
+    })
+    g = df.groupby(["step", "kind", "optimizer"], sort=True).sum(numeric_only=True).reset_index()
+    return g[OPT_COLUMNS]

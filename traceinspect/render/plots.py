@@ -1,0 +1,491 @@
+"""Plots of a report, as matplotlib Figures (Agg, no pyplot: nothing leaks into a caller's global figure state).
+
+Each ``*_figure`` function returns a ``matplotlib.figure.Figure``, or None when the report has nothing to show for
+it (one rank for the rank comparison, no collectives for message sizes, no timeline table...). ``write_plots``
+writes the ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not
+compute: the numbers come from the report dict ``d`` (``report.to_dict()``), and the per-event tables
+(``timeline``, ``collectives``) from the ``Report``'s ranks.
+
+``PALETTE`` is the one color per category used by every plot and by the HTML report.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+from .text import CPU_COLUMNS, GPU_COLUMNS
+
+DPI = 120
+
+# One color per category, everywhere (plots and HTML). Colorblind-safe (Okabe-Ito, then Tol's muted colors); the
+# breakdown's "*_exposed" names share the color of their category ("comm_exposed" is "comm").
+PALETTE: dict[str, str] = {
+    # GPU categories
+    "compute": "#0072B2",
+    "comm": "#E69F00",
+    "h2d": "#D55E00",
+    "d2h": "#CC79A7",
+    "d2d": "#009E73",
+    "memset": "#F0E442",
+    "idle": "#C8C8C8",
+    # CPU-only (training thread) categories
+    "dataloader": "#882255",
+    "forward": "#56B4E9",
+    "backward": "#332288",
+    "optimizer": "#44AA99",
+    "other": "#8C8C8C",
+    # marks
+    "wait": "#999933",  # waiting for other ranks at collectives (cross-rank)
+    "pageable": "#000000",  # outline / marker of pageable copies
+}
+
+LABELS: dict[str, str] = {
+    "compute": "compute",
+    "comm_exposed": "exposed comm",
+    "h2d_exposed": "exposed H2D",
+    "d2h_exposed": "exposed D2H",
+    "d2d_exposed": "exposed D2D",
+    "memset_exposed": "memset",
+    "idle": "idle",
+    "dataloader": "dataloader",
+    "forward": "forward",
+    "backward": "backward",
+    "comm": "comm",
+    "optimizer": "optimizer",
+    "other": "other",
+    "h2d": "H2D copy",
+    "d2h": "D2H copy",
+    "d2d": "D2D copy",
+    "memset": "memset",
+}
+
+GPU_KEYS = tuple(k for k, _ in GPU_COLUMNS)  # bottom to top of a stacked bar
+CPU_KEYS = tuple(k for k, _ in CPU_COLUMNS)
+TIMELINE_KEYS = ("compute", "comm", "h2d", "d2h", "d2d", "memset")
+
+MAX_BARS = 60  # above this many rank x step bars, the breakdown plot shows each rank's mean instead
+MAX_LANES = 24  # streams drawn in a timeline (the busiest; the title says when some are left out)
+
+
+def color(key: str) -> str:
+    """The color of a category or breakdown key (``comm_exposed`` -> the ``comm`` color)."""
+    base = key[: -len("_exposed")] if key.endswith("_exposed") else key
+    return PALETTE.get(base, "#444444")
+
+
+def label(key: str) -> str:
+    return LABELS.get(key, key)
+
+
+def _keys(basis: str) -> tuple[str, ...]:
+    return GPU_KEYS if basis == "gpu" else CPU_KEYS
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _ms(us) -> float:
+    return 0.0 if us is None else float(us) / 1000.0
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, x))
+
+
+def _legend_outside(ax, handles, title: str | None = None) -> None:
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
+              title=title, fontsize=9, title_fontsize=9)
+
+
+def _ranks_with_steps(d: dict) -> list[dict]:
+    return [r for r in d.get("ranks", []) if r.get("steps")]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 1. Step breakdown
+
+
+def step_breakdown_figure(d: dict) -> Figure | None:
+    """Stacked bars: each step of each rank split into the breakdown categories (ms); the stack's height is the
+    step's wall time. Too many bars for one picture (> MAX_BARS) -> one bar per rank, the rank's mean step."""
+    ranks = _ranks_with_steps(d)
+    if not ranks:
+        return None
+    n_bars = sum(len(r["steps"]) for r in ranks)
+    per_rank_mean = n_bars > MAX_BARS
+    bars = []  # (x, rank, label, basis, breakdown dict, wall)
+    groups = []  # (x_start, x_end, rank)
+    x = 0.0
+    for r in ranks:
+        basis = r["basis"]
+        if per_rank_mean:
+            s = r["summary"]
+            bars.append((x, r["rank"], f"{r['rank']}", basis, s.get("mean_breakdown_us") or {}, s.get("mean_wall_us")))
+            x += 1
+            continue
+        x0 = x
+        for s in r["steps"]:
+            bars.append((x, r["rank"], str(s["step"]) + ("*" if s.get("synthetic") else ""), basis, s["breakdown_us"],
+                         s["wall_us"]))
+            x += 1
+        groups.append((x0, x - 1, r["rank"]))
+        x += 0.6  # gap between ranks
+    n = len(bars)
+    fig = _new_figure(_clamp(3.5 + 0.32 * n, 7.5, 16.0), 4.8)
+    ax = fig.add_subplot()
+    used: list[str] = []
+    for xpos, _rank, _lab, basis, bd, _wall in bars:
+        bottom = 0.0
+        for key in _keys(basis):
+            h = _ms(bd.get(key))
+            if h <= 0:
+                continue
+            ax.bar(xpos, h, bottom=bottom, width=0.8, color=color(key), edgecolor="white", linewidth=0.3,
+                   label=key, gid=f"bd:{_rank}:{_lab}:{key}")
+            bottom += h
+            if key not in used:
+                used.append(key)
+    ax.set_xticks([b[0] for b in bars])
+    ax.set_xticklabels([b[2] for b in bars], fontsize=8, rotation=0 if n <= 24 else 90)
+    ax.set_ylabel("time per step (ms)")
+    # A few bars stay bar-shaped: leave room for at least 6 bar slots.
+    pad = max(0.7, (6 - (bars[-1][0] + 1)) / 2)
+    ax.set_xlim(-pad, bars[-1][0] + pad)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    if per_rank_mean:
+        ax.set_xlabel("rank (mean over its steps)")
+        title = "Mean step time by category, per rank"
+    else:
+        ax.set_xlabel("step" + (" (* = whole trace window, no ProfilerStep)" if any("*" in b[2] for b in bars) else ""))
+        title = "Step time by category, per rank and step"
+        if len(groups) > 1:
+            for x0, x1, rk in groups:
+                ax.annotate(f"rank {rk}", xy=((x0 + x1) / 2, 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=9,
+                            fontweight="bold")
+            for x0, _x1, _rk in groups[1:]:
+                ax.axvline(x0 - 0.8, color="#888888", linewidth=0.6, linestyle=":")
+        elif groups:
+            title += f" (rank {groups[0][2]})"
+    if n <= 16:
+        top = max((_ms(b[5]) for b in bars), default=0.0)
+        for xpos, _r, _l, _b, _bd, wall in bars:
+            ax.annotate(f"{_ms(wall):.1f}", xy=(xpos, _ms(wall)), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7, color="#333333")
+        ax.set_ylim(0, top * 1.08 if top > 0 else 1)
+    bases = {b[3] for b in bars}
+    what = "GPU timeline" if bases == {"gpu"} else "training thread (CPU only)" if bases == {"cpu"} else "GPU timeline / training thread"
+    fig.suptitle(f"{title} · {what}", fontsize=11)
+    handles = [Patch(facecolor=color(k), label=label(k)) for k in reversed(used)]
+    _legend_outside(ax, handles, title="category")
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. One step's GPU timeline
+
+
+def timeline_figure(d: dict, rep, rank: int | None = None) -> Figure | None:
+    """Lanes per GPU stream of one step (``ra.tables["timeline"]``): kernels, copies and NCCL colored by category,
+    pageable copies hatched and marked with a black triangle. None when no rank has a timeline table."""
+    ra = None
+    if rep is not None:
+        cands = [r for r in rep.ranks if r.tables.get("timeline") is not None and len(r.tables["timeline"])]
+        if rank is not None:
+            cands = [r for r in cands if r.rank == rank]
+        else:
+            cands.sort(key=lambda r: (r.rank != 0, r.rank))
+        ra = cands[0] if cands else None
+    if ra is None:
+        return None
+    tl = ra.tables["timeline"]
+    step = int(tl["step"].iloc[0])
+    row = ra.steps[ra.steps["step"] == step]
+    if len(row):
+        t0 = float(row["start_us"].iloc[0])
+        wall = float(row["wall_us"].iloc[0])
+    else:  # a timeline of a step the step table does not have: frame it by its own events
+        t0 = float(tl["start_us"].min())
+        wall = float(tl["end_us"].max()) - t0
+    streams = list(tl.groupby("stream")["end_us"].size().index)
+    if len(streams) > MAX_LANES:
+        busy = (tl["end_us"] - tl["start_us"]).groupby(tl["stream"]).sum().sort_values(ascending=False)
+        streams = sorted(busy.index[:MAX_LANES])
+    lanes = {s: i for i, s in enumerate(streams)}
+    fig = _new_figure(12.0, _clamp(1.6 + 0.55 * len(streams), 2.8, 14.0))
+    ax = fig.add_subplot()
+    used: list[str] = []
+    for (s, cat), g in tl[tl["stream"].isin(streams)].groupby(["stream", "category"], sort=False):
+        y = len(streams) - 1 - lanes[s]
+        spans = list(zip((g["start_us"] - t0) / 1000.0, (g["end_us"] - g["start_us"]) / 1000.0))
+        ax.broken_barh(spans, (y - 0.32, 0.64), facecolors=color(cat), edgecolors=color(cat), linewidth=0.4)
+        if cat not in used:
+            used.append(cat)
+    pg = tl[tl["pageable"].astype(bool) & tl["stream"].isin(streams)]
+    for s, g in pg.groupby("stream"):
+        y = len(streams) - 1 - lanes[s]
+        spans = list(zip((g["start_us"] - t0) / 1000.0, (g["end_us"] - g["start_us"]) / 1000.0))
+        ax.broken_barh(spans, (y - 0.32, 0.64), facecolors="none", edgecolors=PALETTE["pageable"], linewidth=0.8,
+                       hatch="////")
+        ax.plot((g["start_us"] - t0) / 1000.0, [y + 0.42] * len(g), linestyle="none", marker="v", markersize=6,
+                markerfacecolor=PALETTE["pageable"], markeredgecolor="white", markeredgewidth=0.5, clip_on=False)
+    ax.set_yticks(range(len(streams)))
+    ax.set_yticklabels([f"stream {s}" for s in reversed(streams)], fontsize=9)
+    ax.set_ylim(-0.7, len(streams) - 0.2)
+    ax.set_xlim(0, max(wall / 1000.0, 1e-3))
+    ax.set_xlabel("time since the step's start (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    nsteps = len(ra.steps)
+    how = f"median of {nsteps} steps" if nsteps > 1 else "the only step"
+    more = f"; {tl['stream'].nunique() - len(streams)} quieter streams left out" if tl["stream"].nunique() > len(streams) else ""
+    fig.suptitle(f"GPU timeline · rank {ra.rank} · step {step} ({how}, wall {wall / 1000:.1f} ms){more}", fontsize=11)
+    order = [k for k in TIMELINE_KEYS if k in used]
+    handles = [Patch(facecolor=color(k), label=label(k) if k != "comm" else "NCCL / comm") for k in order]
+    if len(pg):
+        handles.append(Patch(facecolor="white", edgecolor=PALETTE["pageable"], hatch="////",
+                             label=f"pageable copy (\u25bc; {len(pg)} in this step)"))
+    _legend_outside(ax, handles, title="GPU activity")
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Collective message sizes against the DDP bucket cap
+
+
+def _collectives(d: dict, rep, rank: int | None):
+    """(rank id, rows) of one rank's collectives: from the Report's table, else from the dict's steps."""
+    import pandas as pd
+
+    if rep is not None:
+        cands = [r for r in rep.ranks if r.tables.get("collectives") is not None and len(r.tables["collectives"])]
+        if rank is not None:
+            cands = [r for r in cands if r.rank == rank]
+        else:
+            cands.sort(key=lambda r: (r.rank != 0, r.rank))
+        if cands:
+            return cands[0].rank, cands[0].tables["collectives"]
+    for r in sorted(d.get("ranks", []), key=lambda r: (r["rank"] != 0, r["rank"])):
+        if rank is not None and r["rank"] != rank:
+            continue
+        rows = [c for s in r["steps"] for c in s.get("collectives") or []]
+        if rows:
+            return r["rank"], pd.DataFrame(rows)
+    return None, None
+
+
+def _bucket_cap(d: dict, rank: int) -> tuple[float, str]:
+    for r in d.get("ranks", []):
+        if r["rank"] == rank:
+            mb = ((r.get("metadata") or {}).get("ddp") or {}).get("bucket_cap_mb")
+            if isinstance(mb, (int, float)) and mb > 0:
+                return float(mb), "from the capture"
+    return 25.0, "DDP default"
+
+
+def _fmt_bytes(b: float, _pos=None) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= size:
+            v = b / size
+            return f"{v:.0f} {unit}" if v >= 10 or abs(v - round(v)) < 0.05 else f"{v:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure | None:
+    """Every collective of one rank (rank 0 when present) on a log byte axis, one row per collective, against the
+    DDP bucket cap. Gradient all-reduces (backward) are filled, the rest hollow. None when no sizes are known."""
+    rk, colls = _collectives(d, rep, rank)
+    if colls is None:
+        return None
+    c = colls[colls["bytes"].notna()]
+    c = c[c["bytes"].astype(float) > 0]
+    if not len(c):
+        return None
+    names = c["name"].astype(str)
+    order = sorted(names.unique(), key=lambda n: (n != "allreduce", -int((names == n).sum()), n))
+    cap_mb, cap_src = _bucket_cap(d, rk)
+    cap = cap_mb * (1 << 20)
+    steps = sorted(c["step"].unique())
+    nsteps = max(len(steps), 1)
+    fig = _new_figure(11.0, _clamp(1.9 + 0.7 * len(order), 3.0, 9.0))
+    ax = fig.add_subplot()
+    step_pos = {s: i for i, s in enumerate(steps)}
+    grad_seen = other_seen = False
+    for row, n in enumerate(order):
+        g = c[names == n]
+        y0 = len(order) - 1 - row
+        # Deterministic spread: one band per step, and within it one position per call of that step, so calls of
+        # the same size (the same bucket every step, several micro-batches) do not hide each other.
+        k = g.groupby("step").cumcount().to_numpy()
+        n_in = g.groupby("step")["step"].transform("size").to_numpy()
+        jit = [(step_pos[s] + (kk + 0.5) / nn) / nsteps * 0.7 - 0.35 for s, kk, nn in zip(g["step"], k, n_in)]
+        b = g["bytes"].astype(float).to_numpy()
+        phase = g["phase"].astype(str).to_numpy() if "phase" in g else np.full(len(g), "")
+        gm = (g["name"].astype(str).to_numpy() == "allreduce") & (phase == "backward")
+        if gm.any():
+            ax.scatter(b[gm], [y0 + j for j, m in zip(jit, gm) if m], s=36, color=PALETTE["comm"],
+                       edgecolor="#7a5500", linewidth=0.6, zorder=3)
+            grad_seen = True
+        if (~gm).any():
+            ax.scatter(b[~gm], [y0 + j for j, m in zip(jit, gm) if not m], s=36, facecolor="none",
+                       edgecolor=PALETTE["comm"], linewidth=1.2, zorder=3)
+            other_seen = True
+    ax.axvline(cap, color="#B00020", linewidth=1.4, linestyle="--", zorder=2)
+    ax.set_xscale("log")
+    lo = min(float(c["bytes"].min()), cap) / 2.5
+    hi = max(float(c["bytes"].max()), cap) * 2.5
+    ax.set_xlim(lo, hi)
+    ticks = [4.0 ** k for k in range(0, 20) if lo <= 4.0 ** k <= hi]
+    if len(ticks) < 3:  # a narrow range: every power of two
+        ticks = [2.0 ** k for k in range(0, 40) if lo <= 2.0 ** k <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"{n}\n{int((names == n).sum())} calls" for n in reversed(order)], fontsize=9)
+    ax.set_ylim(-0.6, len(order) - 0.4)
+    ax.set_xlabel("message size per call (log scale; 1 MiB = 2^20 bytes)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    fig.suptitle(f"Collective message sizes · rank {rk} · {span} ({len(c)} calls with a known size)", fontsize=11)
+    handles = []
+    if grad_seen:
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, color=PALETTE["comm"],
+                              markeredgecolor="#7a5500", label="gradient all-reduce"))
+    if other_seen:
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="none",
+                              markeredgecolor=PALETTE["comm"], label="other collective"))
+    handles.append(Line2D([], [], color="#B00020", linestyle="--", label=f"bucket cap {cap_mb:g} MiB\n({cap_src})"))
+    _legend_outside(ax, handles)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. Ranks side by side
+
+
+def ranks_figure(d: dict) -> Figure | None:
+    """One bar per rank: its mean step split by category (min-max step whisker), and beside it the time it loses
+    (GPU idle; waiting for other ranks at collectives, from the cross-rank analysis). None with fewer than 2 ranks."""
+    ranks = [r for r in _ranks_with_steps(d) if r["summary"].get("steps")]
+    if len(ranks) < 2:
+        return None
+    cr = d.get("cross_rank") or {}
+    wait = {p["rank"]: p.get("wait_per_step_us") for p in cr.get("per_rank") or [] if "rank" in p}
+    strag = cr.get("straggler") or {}
+    n = len(ranks)
+    fig = _new_figure(12.0, _clamp(1.8 + 0.42 * n, 3.2, 16.0))
+    ax, ax2 = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 1.4]})
+    used: list[str] = []
+    ys = list(range(n))[::-1]
+    for y, r in zip(ys, ranks):
+        s = r["summary"]
+        left = 0.0
+        for key in _keys(r["basis"]):
+            w = _ms((s.get("mean_breakdown_us") or {}).get(key))
+            if w <= 0:
+                continue
+            ax.barh(y, w, left=left, height=0.7, color=color(key), edgecolor="white", linewidth=0.3,
+                    gid=f"mean:{r['rank']}:{key}")
+            left += w
+            if key not in used:
+                used.append(key)
+        lo, hi, mean = _ms(s.get("min_wall_us")), _ms(s.get("max_wall_us")), _ms(s.get("mean_wall_us"))
+        ax.errorbar(mean, y, xerr=[[max(mean - lo, 0)], [max(hi - mean, 0)]], fmt="none", ecolor="#222222",
+                    elinewidth=1.0, capsize=3)
+        ax.annotate(f"{mean:.1f} ms", xy=(hi, y), xytext=(5, 0), textcoords="offset points", va="center",
+                    fontsize=8)
+        idle = (s.get("mean_breakdown_us") or {}).get("idle") if r["basis"] == "gpu" else None
+        if idle is not None:
+            ax2.barh(y + 0.18, _ms(idle), height=0.34, color=color("idle"), edgecolor="#777777", linewidth=0.4,
+                     gid=f"idle:{r['rank']}")
+        if wait.get(r["rank"]) is not None:
+            ax2.barh(y - 0.18, _ms(wait[r["rank"]]), height=0.34, color=PALETTE["wait"], gid=f"wait:{r['rank']}")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"rank {r['rank']}" for r in ranks], fontsize=9)
+    for tl_, r in zip(ax.get_yticklabels(), ranks):
+        if strag and r["rank"] == strag.get("rank"):
+            tl_.set_fontweight("bold")
+            tl_.set_color("#B00020")
+    ax.set_xlabel("mean step time (ms); whisker = fastest to slowest step")
+    ax.set_title("Mean step by category", fontsize=10)
+    ax2.set_xlabel("ms per step")
+    ax2.set_title("Time lost per step", fontsize=10)
+    xmax = max(_ms(r["summary"].get("max_wall_us")) for r in ranks)
+    ax.set_xlim(0, xmax * 1.18 if xmax > 0 else 1)
+    for a in (ax, ax2):
+        a.grid(axis="x", alpha=0.3)
+        a.set_axisbelow(True)
+        a.spines[["top", "right"]].set_visible(False)
+    title = f"Ranks side by side ({n} ranks)"
+    if strag and strag.get("rank") is not None:
+        cause = (strag.get("cause") or {}).get("label")
+        title += (f" · straggler: rank {strag['rank']}, last at {strag.get('last_count')} of "
+                  f"{strag.get('matched')} collectives" + (f" ({cause})" if cause else ""))
+    fig.suptitle(title, fontsize=11)
+    handles = [Patch(facecolor=color(k), label=label(k)) for k in used]
+    lost = []
+    if any(r["basis"] == "gpu" for r in ranks):
+        lost.append(Patch(facecolor=color("idle"), edgecolor="#777777", label="GPU idle"))
+    if wait:
+        lost.append(Patch(facecolor=PALETTE["wait"], label="waiting for other\nranks (collectives)"))
+    ax2.legend(handles=handles + lost, loc="upper left", bbox_to_anchor=(1.04, 1.0), borderaxespad=0.0,
+               frameon=False, fontsize=9)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def figures(d: dict, rep=None) -> dict[str, Figure]:
+    """Every plot the report supports, by file stem, in reading order; plots with nothing to show are left out."""
+    out: dict[str, Figure] = {}
+    for name, make in (
+        ("step_breakdown", lambda: step_breakdown_figure(d)),
+        ("timeline", lambda: timeline_figure(d, rep)),
+        ("message_sizes", lambda: message_sizes_figure(d, rep)),
+        ("ranks", lambda: ranks_figure(d)),
+    ):
+        fig = make()
+        if fig is not None:
+            out[name] = fig
+    return out
+
+
+def png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+    return buf.getvalue()
+
+
+def write_plots(d: dict, rep, out_dir) -> list[Path]:
+    """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures(d, rep).items():
+        p = out / f"{name}.png"
+        p.write_bytes(png_bytes(fig))
+        paths.append(p)
+    return paths
+
+
+__all__ = ["PALETTE", "LABELS", "color", "label", "step_breakdown_figure", "timeline_figure", "message_sizes_figure",
+           "ranks_figure", "figures", "png_bytes", "write_plots"]

@@ -1,0 +1,133 @@
+"""The per-step breakdown and the findings as TensorBoard summaries, beside the profiler's own runs.
+
+``write_tensorboard(d, logdir)`` writes one run per rank, ``<logdir>/traceinspect/rank<r>``, so TensorBoard shows
+our numbers next to the torch-tb-profiler runs of the same folder:
+
+* scalars (global step = the profiler step number, values in milliseconds / megabytes):
+  ``step/wall_ms``, ``breakdown_ms/<category>`` for each breakdown category of the rank (GPU: compute,
+  comm_exposed, h2d_exposed, d2h_exposed, d2d_exposed, memset_exposed, idle; CPU-only: dataloader, forward,
+  backward, comm, optimizer, other), ``step/gpu_busy_ms`` (GPU ranks), ``cpu/dataloader_ms``, ``cpu/sync_ms``,
+  ``copies_mb/h2d``, ``copies_mb/pageable_h2d``, ``copies_mb/d2h``;
+* text (Markdown, at the rank's last step): ``traceinspect/verdict`` and ``traceinspect/findings`` (the findings
+  that concern the rank, with evidence and fix).
+
+It uses only the ``tensorboard`` package (its event-file writer and protobufs), imported lazily: no TensorFlow, no
+torch. Our own event files end in ``.traceinspect``; writing again replaces them, so runs do not pile up copies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..errors import UsageError
+from .text import verdict
+
+RUN_DIR = "traceinspect"
+SUFFIX = ".traceinspect"
+MISSING = "tensorboard is not installed: pip install 'traceinspect[tensorboard]'"
+
+
+def _tb():
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.plugins.text import metadata as text_metadata
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.util import tensor_util
+    except ImportError:
+        raise UsageError(MISSING) from None
+    return event_pb2, summary_pb2, text_metadata, EventFileWriter, tensor_util
+
+
+def scalar_rows(rank: dict) -> list[tuple[int, str, float]]:
+    """(step, tag, value) of one rank: every scalar we write, in display units (ms, MB). Formatting only."""
+    rows = []
+    for s in rank.get("steps") or []:
+        step = int(s["step"])
+
+        def put(tag, v, scale):
+            if v is not None:
+                rows.append((step, tag, float(v) / scale))
+
+        put("step/wall_ms", s.get("wall_us"), 1e3)
+        for k, v in (s.get("breakdown_us") or {}).items():
+            put(f"breakdown_ms/{k}", v, 1e3)
+        if rank.get("basis") == "gpu":
+            put("step/gpu_busy_ms", s.get("gpu_busy_us"), 1e3)
+        put("cpu/dataloader_ms", s.get("dataloader_us"), 1e3)
+        put("cpu/sync_ms", s.get("sync_us"), 1e3)
+        put("copies_mb/h2d", s.get("h2d_bytes"), 1e6)
+        put("copies_mb/pageable_h2d", s.get("pageable_h2d_bytes"), 1e6)
+        put("copies_mb/d2h", s.get("d2h_bytes"), 1e6)
+    return rows
+
+
+def findings_markdown(d: dict, rank: int) -> str:
+    fs = [f for f in d.get("findings") or [] if rank in (f.get("ranks") or [])]
+    if not fs:
+        return "No problems found on this rank."
+    out = []
+    for f in fs:
+        at = f.get("time_at_stake_us")
+        out.append(f"### [{f['severity']}] {f['id']}: {f.get('title', '')}")
+        out.append(f"ranks {', '.join(map(str, f.get('ranks') or []))}; steps "
+                   f"{', '.join(map(str, f.get('steps') or []))}" + (f"; at stake ~{at / 1000:.2f} ms/step" if at else ""))
+        ev = f.get("evidence") or {}
+        per = ev.get("per_rank")
+        src = next((x for x in per if x.get("rank") == rank), per[0]) if isinstance(per, list) and per else ev
+        for k, v in src.items():
+            if k in ("steps", "rank") or v is None:
+                continue
+            if isinstance(v, float):
+                v = f"{v:.4g}"
+            elif isinstance(v, (dict, list)):
+                v = json.dumps(v)
+                v = v if len(v) <= 200 else v[:197] + "..."
+            out.append(f"* {k}: `{v}`")
+        out.append("")
+        out.append("Fix:")
+        out.append("")
+        out += ["    " + line for line in (f.get("fix") or "").splitlines()]
+        out.append("")
+    return "\n".join(out)
+
+
+def run_dir(logdir, rank: int) -> Path:
+    return Path(logdir) / RUN_DIR / f"rank{rank}"
+
+
+def write_tensorboard(d: dict, logdir) -> str:
+    """Write every rank's run under ``<logdir>/traceinspect``; returns that folder. ``logdir`` may be a trace file
+    (its folder is used). One-line ``UsageError`` when tensorboard is missing or the folder cannot be written."""
+    event_pb2, summary_pb2, text_metadata, EventFileWriter, tensor_util = _tb()
+    import numpy as np
+
+    base = Path(logdir)
+    if base.is_file():
+        base = base.parent
+    root = base / RUN_DIR
+    now = time.time()
+    try:
+        for r in d.get("ranks") or []:
+            rdir = run_dir(base, r["rank"])
+            rdir.mkdir(parents=True, exist_ok=True)
+            for old in rdir.glob(f"events.out.tfevents.*{SUFFIX}"):
+                old.unlink()
+            w = EventFileWriter(str(rdir), filename_suffix=SUFFIX)
+            try:
+                for step, tag, value in scalar_rows(r):
+                    summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+                    w.add_event(event_pb2.Event(wall_time=now, step=step, summary=summ))
+                last = max((int(s["step"]) for s in r.get("steps") or []), default=0)
+                meta = text_metadata.create_summary_metadata(display_name=None, description="")
+                for tag, text in (("traceinspect/verdict", verdict(d)),
+                                  ("traceinspect/findings", findings_markdown(d, r["rank"]))):
+                    tensor = tensor_util.make_tensor_proto(text.encode("utf-8"), dtype=np.object_)
+                    summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
+                    w.add_event(event_pb2.Event(wall_time=now, step=last, summary=summ))
+            finally:
+                w.close()
+    except OSError as exc:
+        raise UsageError(f"cannot write TensorBoard summaries under {root}: {exc.strerror or exc}") from None
+    return str(root)
