@@ -7,7 +7,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${1:-fixtures/gpu}
 NPROC=${NPROC:-1}
 CAP="python3 -m traceinspect.cli_capture capture --nproc $NPROC --overwrite"
-run() { local name=$1; shift; echo "== $name: $*"; $CAP --out "$OUT/$name" "$@" || echo "!! $name failed"; }
+# ONLY="a b" runs just those fixtures.
+run() {
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
+  echo "== $name: $*"; $CAP --out "$OUT/$name" "$@" || echo "!! $name failed"
+}
 
 run baseline        --preset baseline
 run optimized       --preset optimized
@@ -21,3 +26,10 @@ run deep_tiny       --preset optimized --model deep --set bucket_cap_mb=0.01
 run deep_default    --preset optimized --model deep --set bucket_cap_mb=25
 run no_sync_off     --preset optimized --set no_sync=false
 run tf_shapes       --preset optimized --model transformer --set d_model=260 --record-shapes
+run fp16            --preset optimized --set amp=fp16
+run tf32            --preset optimized --set amp=none --set tf32=true
+
+# A model large enough to keep an H200 busy: the before/after pair where the fixes show in the GPU timeline.
+BIG="--set mlp_in=4096 --set mlp_hidden=16384 --set batch_size=1024"
+run big_baseline    --preset baseline  $BIG
+run big_optimized   --preset optimized $BIG --set num_workers=8

@@ -295,6 +295,23 @@ class SyntheticDataset:
         y = int(torch.randint(0, self.dims["num_classes"], (1,), generator=g))
         return x, y
 
+    def __getitems__(self, indices: list[int]):
+        """A whole batch at once (DataLoader uses this when present): one generator call instead of one per
+        sample, so large GPU batches are not loader-bound. Deterministic per batch (seeded by its first index);
+        the per-item delay still applies to every item."""
+        import torch
+
+        if self.delay_s:
+            time.sleep(self.delay_s * len(indices))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(indices[0]) if len(indices) else self.seed)
+        n = len(indices)
+        if self.kind == "transformer":
+            x = torch.randint(0, self.dims["vocab"], (n, self.dims["seq_len"]), generator=g)
+        else:
+            x = torch.randn(n, self.dims["features"], generator=g)
+        y = torch.randint(0, self.dims["num_classes"], (n,), generator=g).tolist()
+        return list(zip(x.unbind(0), y))
+
 
 def _input_dims(cfg: WorkloadConfig) -> dict[str, int]:
     features = {"mlp": cfg.mlp_in, "deep": cfg.deep_width}.get(cfg.model, 0)
