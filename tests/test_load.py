@@ -160,3 +160,22 @@ def test_mixed_runs_are_skipped_with_reasons(tmp_path):
     assert "overlapping" in reasons["b.json.gz"] and "a.json.gz" in reasons["b.json.gz"]
     assert "another run" in reasons["c.json.gz"] and "world size 2" in reasons["c.json.gz"]
     assert d["missing_ranks"] == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_planned_byte_ranges_equal_streaming(tmp_path, monkeypatch):
+    """A plain file decoded by workers reading byte ranges gives exactly the streamed columns."""
+    need(DIFF_CONTROL)
+    import traceinspect.decode as dec
+
+    plain = tmp_path / "rank3.json"
+    plain.write_bytes(gzip.decompress(only_file(DIFF_CONTROL).read_bytes()))
+    streamed = load(plain, NOCACHE).ranks[0].events
+    monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr("traceinspect.decode.plan_ranges.__defaults__", (1 << 20,))
+    plan = dec.plan_ranges(str(plain))
+    assert plan is not None and len(plan["ranges"]) > 5
+    ranged = load(plain, Config(use_cache=False, workers=2)).ranks[0].events
+    assert len(ranged) == len(streamed)
+    for c in ("ts", "dur", "corr", "ext", "bytes", "kind", "in_nelems"):
+        np.testing.assert_array_equal(ranged[c].to_numpy(), streamed[c].to_numpy())
+    assert (ranged["name"].astype(str) == streamed["name"].astype(str)).all()

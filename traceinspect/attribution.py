@@ -77,6 +77,20 @@ def name_strings(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     return cats[ev["name"].cat.codes.to_numpy()[rows]]
 
 
+class CategoryView:
+    """``view[i]`` / ``view[rows]`` of a categorical column without materializing it (missing values are NaN)."""
+
+    def __init__(self, col: pd.Series):
+        self._codes = col.cat.codes.to_numpy()
+        self._cats = np.append(np.asarray(col.cat.categories, dtype=object), np.nan)  # code -1 -> NaN
+
+    def __getitem__(self, rows):
+        return self._cats[self._codes[rows]]
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+
 def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     cats = ev["name"].cat.categories

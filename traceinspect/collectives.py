@@ -28,6 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .attribution import CategoryView
 from .trace import Kind, RankTrace
 
 # --------------------------------------------------------------------------------------------------------------
@@ -330,8 +331,8 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
     if passes is None:
         passes = backward_passes(rank, steps)
     kind = ev["kind"].to_numpy()
-    names = ev["name"].to_numpy()
-    coll_col = ev["coll"].to_numpy()
+    names = CategoryView(ev["name"])
+    coll_col = CategoryView(ev["coll"])
     cpu_like = kind <= int(Kind.USER_ANNOTATION)
 
     # Issue records -----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ decoded whole with the same typed decoder.
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from itertools import compress
@@ -433,3 +434,70 @@ def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
         raise TraceFileError(path, "not a Chrome trace object")
     meta.pop("traceEvents", None)
     return meta
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plain (uncompressed) files: plan pieces as byte ranges, so worker processes read them from the page cache
+# themselves instead of receiving the bytes through a pipe.
+
+
+def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
+    """Header, trailer and event byte ranges of a plain Kineto file; None when it is gzip or not cuttable."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return None
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            head = mm[: min(size, 64 << 20)]
+            found = _detect_layout(head, path)
+            if found is None or found[0].marker is None:
+                return None
+            layout, start = found
+            marker = layout.marker
+            last = mm.rfind(marker)
+            tail_from = max(last, start)
+            m = layout.close.search(mm[tail_from:])
+            if m is None:
+                return None  # let the streaming reader say what is wrong
+            events_end = tail_from + m.start() + len(marker) - 1
+            trailer = mm[tail_from + m.end():]
+            ranges = []
+            pos = start
+            while pos < events_end:
+                target = pos + piece_bytes
+                if target >= events_end:
+                    ranges.append((pos, events_end))
+                    break
+                cut = mm.rfind(marker, pos, target)
+                if cut <= pos:
+                    cut = mm.find(marker, target, events_end)
+                    if cut < 0:
+                        ranges.append((pos, events_end))
+                        break
+                end = cut + len(marker) - 1  # index of the "," after the event's "}"
+                ranges.append((pos, end))
+                pos = end + 1
+    return {"header": layout.header, "trailer": trailer, "ranges": ranges, "bytes": size}
+
+
+_MAPS: dict = {}
+
+
+def decode_range(path: str, start: int, end: int) -> dict:
+    """Decode the events in bytes [start, end) of a plain file (run in a worker process)."""
+    import mmap
+
+    mm = _MAPS.get(path)
+    if mm is None:
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        _MAPS.clear()  # one file at a time per worker: keep address space small
+        _MAPS[path] = mm
+    piece = mm[start:end]
+    if not piece.strip():
+        return columns_from_events([])
+    return decode_piece(piece)

@@ -19,7 +19,7 @@ import pandas as pd
 from . import cache as _cache
 from .config import Config, DEFAULT
 from .discover import find_trace_files
-from .decode import NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, read_pieces
+from .decode import NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, plan_ranges, read_pieces
 from .errors import NoUsableTraceError, TraceFileError
 from .trace import RankTrace, Skipped, Trace
 
@@ -65,6 +65,10 @@ def _concat_pieces(pieces: list[dict]) -> dict:
 
 def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
     """Decode one file into columns; pieces go to ``pool`` when given (bounded in flight to keep memory flat)."""
+    if pool is not None:
+        plan = plan_ranges(path)
+        if plan is not None:
+            return _decode_planned(path, plan, pool, progress)
     pieces_iter, info = read_pieces(path)
     results: list = []
     inflight: list[Future] = []
@@ -92,6 +96,21 @@ def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: Pr
     return FileResult(path=path, meta=meta, columns=columns, nbytes=info["bytes"])
 
 
+def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor, progress: ProgressFn | None) -> FileResult:
+    """A plain file cut into byte ranges that the workers read themselves."""
+    futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]]
+    results = []
+    try:
+        for (a, b), fut in zip(plan["ranges"], futures):
+            results.append(fut.result())
+            if progress:
+                progress(path, b - a, 0)
+    except (ValueError, TypeError) as exc:
+        raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
+    meta = decode_meta(plan["header"], plan["trailer"], path)
+    return FileResult(path=path, meta=meta, columns=_concat_pieces(results), nbytes=plan["bytes"])
+
+
 def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120]
 
@@ -115,18 +134,23 @@ def _decode_file_task(path: str, pool: ProcessPoolExecutor | None = None,
 
 
 def _frame(cols: dict, window: int, shift_us: float) -> pd.DataFrame:
+    """Columns -> DataFrame without copying the numeric arrays; categoricals from their codes."""
     n = cols["n"]
-    data = {c: cols[c] for c in NUM_COLS}
-    data["ts"] = data["ts"] + shift_us if shift_us else data["ts"]
-    df = pd.DataFrame(data)
+    data: dict = {c: cols[c] for c in NUM_COLS}
+    if shift_us:
+        data["ts"] = data["ts"] + shift_us
     for col in STR_COLS:
         codes, strings = cols[col]
-        df[col] = pd.Categorical.from_codes(codes, categories=pd.Index(strings, dtype=object)) if strings else \
-            pd.Categorical([None] * n, categories=pd.Index([], dtype=object))
+        data[col] = pd.Categorical.from_codes(codes, categories=pd.Index(strings, dtype=object), validate=False) \
+            if strings else pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=pd.Index([], dtype=object))
     for col in RAW_COLS:
-        df[col] = pd.Series(cols[col], dtype=object) if cols[col] is not None else pd.Series([None] * n, dtype=object)
-    df["window"] = np.int16(window)
-    return df
+        raw = cols[col]
+        arr = np.empty(n, dtype=object)  # all None
+        if raw is not None:
+            arr[:] = raw
+        data[col] = pd.Series(arr, dtype=object, copy=False)  # object, not str: None stays None
+    data["window"] = np.full(n, window, np.int16)
+    return pd.DataFrame(data, copy=False)
 
 
 def _rank_of(meta: dict, path: str) -> int | None:

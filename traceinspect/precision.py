@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from .attribution import name_strings
 from .trace import Kind, RankTrace
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
@@ -376,7 +377,7 @@ def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
     step_ids = steps.table["step"].to_numpy()
     kt = pd.DataFrame({
         "step": step_ids[steps.gpu_step[sel]].astype(np.int64),
-        "name": ev["name"].to_numpy()[rows].astype(str),
+        "name": name_strings(ev, rows),
         "family": np.array(FAMILIES)[fam_lut[codes[sel]]],
         "precision": prec_lut[codes[sel]],
         "dur": ev["dur"].to_numpy()[rows],
@@ -392,18 +393,28 @@ def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
     return kt[cols]
 
 
+@lru_cache(maxsize=65536)
+def _op_dtype_cached(in_types):
+    return op_dtype(in_types)
+
+
+@lru_cache(maxsize=65536)
+def _gemm_shape_cached(op, in_dims):
+    return gemm_shape(op, in_dims)
+
+
 def _join_ops(ev: pd.DataFrame, rows: np.ndarray, kt: pd.DataFrame) -> None:
     ops = launching_ops(ev, rows)
     has = ops >= 0
     if not has.any():
         return
     o = ops[has]
-    names = ev["name"].to_numpy()[o].astype(str)
+    names = name_strings(ev, o)
     types = ev["in_types"].to_numpy()[o]
     dims = ev["in_dims"].to_numpy()[o]
     kt.loc[has, "op"] = names
-    kt.loc[has, "op_dtype"] = [op_dtype(t) for t in types]
-    shapes = [gemm_shape(n, d) if n in GEMM_OPS else None for n, d in zip(names, dims)]
+    kt.loc[has, "op_dtype"] = [_op_dtype_cached(t) for t in types]
+    shapes = [_gemm_shape_cached(n, d) if n in GEMM_OPS else None for n, d in zip(names, dims)]
     arr = np.array([s if s is not None else (-1, -1, -1, -1) for s in shapes], np.int64).reshape(-1, 4)
     for j, c in enumerate(("batch", "m", "n", "k")):
         kt.loc[has, c] = arr[:, j]
@@ -472,7 +483,11 @@ def _shape_table(kt: pd.DataFrame) -> pd.DataFrame:
     s["aligned8"] = (s["m"] % 8 == 0) & (s["n"] % 8 == 0) & (s["k"] % 8 == 0)
     g = s.groupby(["step", "op", "precision", "batch", "m", "n", "k", "aligned8"], sort=True)
     out = g["dur"].agg(["count", "sum"]).reset_index().rename(columns={"sum": "total_us"})
-    out["kernel"] = g["name"].agg(lambda x: Counter(x).most_common(1)[0][0]).to_numpy()
+    keys = ["step", "op", "precision", "batch", "m", "n", "k", "aligned8"]
+    # The most frequent kernel name per group (ties: the first name in sort order).
+    top = (s.groupby(keys + ["name"], sort=True).size().reset_index(name="n_")
+           .sort_values("n_", ascending=False, kind="stable").drop_duplicates(keys))
+    out = out.merge(top[keys + ["name"]], on=keys, how="left").rename(columns={"name": "kernel"})
     return out[SHAPE_COLUMNS]
 
 
@@ -507,7 +522,7 @@ def _amp_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
     k = _step_of(steps, ev["ts"].to_numpy()[rows])
     rows, k = rows[k >= 0], k[k >= 0]
     cnt, gpu, _ = kernels_inside(ev, rows)
-    df = pd.DataFrame({"step": steps.table["step"].to_numpy()[k], "name": ev["name"].to_numpy()[rows].astype(str),
+    df = pd.DataFrame({"step": steps.table["step"].to_numpy()[k], "name": name_strings(ev, rows),
                        "cpu_us": ev["dur"].to_numpy()[rows], "kernel_count": cnt, "gpu_us": gpu})
     g = df.groupby(["step", "name"], sort=True).agg(count=("cpu_us", "size"), cpu_us=("cpu_us", "sum"),
                                                      kernel_count=("kernel_count", "sum"), gpu_us=("gpu_us", "sum"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .attribution import GPU_CATEGORIES, gpu_category_codes
+from .attribution import name_strings, GPU_CATEGORIES, gpu_category_codes
 from .steps import Steps
 from .trace import Kind, RankTrace
 
@@ -72,7 +72,7 @@ def step_timeline(rank_trace: RankTrace, steps: Steps, step_id: int | None = Non
         return empty
     rows = gidx[sel]
     cat = gpu_category_codes(ev, rows)
-    names = ev["name"].to_numpy()[rows].astype(str)
+    names = name_strings(ev, rows)
     kind = ev["kind"].to_numpy()[rows]
     stream = ev["stream"].to_numpy()[rows]
     stream = np.where(stream >= 0, stream, ev["tid"].to_numpy()[rows])
