@@ -7,7 +7,7 @@ print one line on stderr, never a traceback.
 from __future__ import annotations
 
 import json
-import os
+
 import sys
 from pathlib import Path
 

@@ -14,6 +14,7 @@ without msgspec/pyarrow): ``python -m traceinspect.cli_capture capture ...``.
 from __future__ import annotations
 
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import click
 
 from . import capture as _capture
 
-__all__ = ["capture", "demo", "run_capture", "compare_reports", "render_comparison",
+__all__ = ["capture", "demo", "run_capture", "render_knobs",
            "CaptureFailed", "CPU_DEMO_OVERRIDES", "standalone_main"]
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine.
@@ -308,9 +309,15 @@ def demo(out, nproc, model, overrides, report, verbose):
     except ImportError as e:
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
+    from .cli_diff import render_diff_text
+    from .diff import diff_reports
+
     reports = {name: analyze_path(str(folder)).to_dict() for name, folder in folders.items()}
     knob_diff = _knob_diff(_workload_settings(folders["baseline"]), _workload_settings(folders["optimized"]))
-    render_comparison(compare_reports(reports["baseline"], reports["optimized"]), knob_diff)
+    render_knobs(knob_diff)
+    width = shutil.get_terminal_size((120, 40)).columns
+    click.echo(render_diff_text(diff_reports(reports["baseline"], reports["optimized"]), width=max(width, 100)),
+               nl=False)
     click.echo(f"details: traceinspect report {folders['baseline']}   |   "
                f"traceinspect report {folders['optimized']}")
 
@@ -351,120 +358,20 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _report_summary(rep: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-step means over every rank and step of one report (the contract's ``to_dict()``)."""
-    steps = [s for r in rep.get("ranks", []) for s in r.get("steps", [])]
-    n = len(steps)
-    cats: dict[str, float] = {}
-    for s in steps:
-        for cat, us in (s.get("breakdown_us") or {}).items():
-            cats[cat] = cats.get(cat, 0.0) + float(us or 0.0)
-    busy = [float(s["gpu_busy_us"]) for s in steps if s.get("gpu_busy_us") is not None]
-
-    def mean_of(key: str) -> float | None:
-        return _mean([float(s[key]) for s in steps if s.get(key) is not None])
-
-    return {
-        "steps": n,
-        "ranks": len(rep.get("ranks", [])),
-        "wall_us": mean_of("wall_us"),
-        "gpu_busy_us": _mean(busy),
-        "dataloader_us": mean_of("dataloader_us"),
-        "h2d_bytes": mean_of("h2d_bytes"),
-        "pageable_h2d_bytes": mean_of("pageable_h2d_bytes"),
-        "d2h_bytes": mean_of("d2h_bytes"),
-        "breakdown_us": {c: v / n for c, v in cats.items()} if n else {},
-        "findings": {f["id"]: f for f in rep.get("findings", [])},
-    }
-
-
-def compare_reports(baseline: Mapping[str, Any], optimized: Mapping[str, Any]) -> dict[str, Any]:
-    """Side-by-side numbers of two ``report.to_dict()`` results: per-step means and finding changes.
-
-    Findings are matched by ``id``: ``fixed`` are in the baseline only,
-    ``appeared`` in the optimized run only, ``remaining`` in both.
-    """
-    b, o = _report_summary(baseline), _report_summary(optimized)
-    metrics = []
-    for key, label, unit in (("wall_us", "step wall time", "ms"), ("gpu_busy_us", "GPU busy", "ms"),
-                             ("dataloader_us", "waiting for data", "ms"), ("h2d_bytes", "host->device", "MB"),
-                             ("pageable_h2d_bytes", "  of it pageable", "MB"), ("d2h_bytes", "device->host", "MB")):
-        if not b[key] and not o[key] and key != "wall_us":
-            continue  # e.g. copy volumes on a CPU run: all zero, only noise
-        metrics.append({"key": key, "label": label, "unit": unit, "baseline": b[key], "optimized": o[key]})
-    categories = sorted(set(b["breakdown_us"]) | set(o["breakdown_us"]),
-                        key=lambda c: -max(b["breakdown_us"].get(c, 0.0), o["breakdown_us"].get(c, 0.0)))
-    breakdown = [{"category": c, "baseline": b["breakdown_us"].get(c, 0.0),
-                  "optimized": o["breakdown_us"].get(c, 0.0)} for c in categories]
-    fb, fo = b["findings"], o["findings"]
-    return {
-        "steps": {"baseline": b["steps"], "optimized": o["steps"]},
-        "ranks": {"baseline": b["ranks"], "optimized": o["ranks"]},
-        "metrics": metrics,
-        "breakdown": breakdown,
-        "fixed": [fb[i] for i in fb if i not in fo],
-        "appeared": [fo[i] for i in fo if i not in fb],
-        "remaining": [fo[i] for i in fo if i in fb],
-    }
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1e3:,.1f}" if unit == "ms" else f"{value / 1e6:,.2f}"
-
-
-def _change(before: float | None, after: float | None) -> str:
-    if before is None or after is None:
-        return ""
-    if before == 0:
-        return "" if after == 0 else "new"
-    pct = 100.0 * (after - before) / before
-    return f"{pct:+.0f}%"
-
-
-def render_comparison(cmp: Mapping[str, Any], knob_diff: list[tuple[str, Any, Any]] | None = None,
-                      console: Any = None) -> None:
-    """Print the comparison as rich tables: knobs changed, step metrics, breakdown, findings."""
+def render_knobs(knob_diff: list[tuple[str, Any, Any]], console: Any = None) -> None:
+    """The knobs the optimized preset changes, as a rich table (the numbers follow from ``traceinspect diff``)."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    if knob_diff:
-        t = Table(title="What the optimized preset changes", title_justify="left")
-        t.add_column("knob")
-        t.add_column("baseline")
-        t.add_column("optimized")
-        for name, before, after in knob_diff:
-            t.add_row(name, str(before), str(after))
-        console.print(t)
-    t = Table(title=f"Per step (mean over {cmp['steps']['baseline']} / {cmp['steps']['optimized']} "
-                    "rank-steps)", title_justify="left")
-    for col, justify in (("", "left"), ("baseline", "right"), ("optimized", "right"), ("change", "right")):
-        t.add_column(col, justify=justify)
-    for m in cmp["metrics"]:
-        t.add_row(f"{m['label']} ({m['unit']})", _fmt(m["baseline"], m["unit"]), _fmt(m["optimized"], m["unit"]),
-                  _change(m["baseline"], m["optimized"]))
-    console.print(t)
-    if cmp["breakdown"]:
-        t = Table(title="Where a step's time goes (ms per step)", title_justify="left")
-        for col, justify in (("category", "left"), ("baseline", "right"), ("optimized", "right"),
-                             ("change", "right")):
-            t.add_column(col, justify=justify)
-        for row in cmp["breakdown"]:
-            t.add_row(row["category"], _fmt(row["baseline"], "ms"), _fmt(row["optimized"], "ms"),
-                      _change(row["baseline"], row["optimized"]))
-        console.print(t)
-    t = Table(title="Findings", title_justify="left")
-    for col in ("status", "severity", "id", "title"):
-        t.add_column(col)
-    for status, style, items in (("fixed", "green", cmp["fixed"]), ("appeared", "red", cmp["appeared"]),
-                                 ("remaining", "yellow", cmp["remaining"])):
-        for f in items:
-            t.add_row(f"[{style}]{status}[/{style}]", str(f.get("severity", "")), str(f.get("id", "")),
-                      str(f.get("title", "")))
-    if not t.row_count:
-        t.add_row("-", "", "", "no findings in either run")
+    if not knob_diff:
+        return
+    t = Table(title="What the optimized preset changes", title_justify="left")
+    t.add_column("knob")
+    t.add_column("baseline")
+    t.add_column("optimized")
+    for name, before, after in knob_diff:
+        t.add_row(name, str(before), str(after))
     console.print(t)
 
 

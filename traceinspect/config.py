@@ -5,7 +5,7 @@ Every threshold says why it has the value it has; rules document the same values
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from .text import CPU_COLUMNS, GPU_COLUMNS, mb, ms, pct, verdict
 
 
 def render_markdown(d: dict) -> str:
-    out = [f"# traceinspect report", "", f"Source: `{d['source']}`", ""]
+    out = ["# traceinspect report", "", f"Source: `{d['source']}`", ""]
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
     out.append(f"{n} of {world or n} ranks analyzed." + (f" World size {world}." if world else ""))
