@@ -117,7 +117,10 @@ def _normalize(text: str, folder: Path) -> str:
     return text.replace(str(folder), "<traces>")
 
 
-@pytest.mark.parametrize("folder", [DIFF_CONTROL, DDP_2RANK], ids=lambda p: p.name)
+FIXTURE_BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "big_baseline"
+
+
+@pytest.mark.parametrize("folder", [DIFF_CONTROL, DDP_2RANK, FIXTURE_BASELINE], ids=lambda p: p.name)
 def test_golden_text_and_json(folder, tmp_path):
     need(folder)
     out = tmp_path / "r.json"

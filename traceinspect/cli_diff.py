@@ -13,26 +13,15 @@ from pathlib import Path
 
 import click
 
+from .render.text import LABELS as _TEXT_LABELS
 from .errors import UsageError
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"traceinspect\.report/')
 _MAX_SNIFF = 256 << 20  # a .json file larger than this that does not start like a report is taken as a trace
 
 LABELS = {
+    **_TEXT_LABELS,
     "wall": "step (wall)",
-    "compute": "compute",
-    "comm_exposed": "exposed comm",
-    "h2d_exposed": "exposed H2D",
-    "d2h_exposed": "exposed D2H",
-    "d2d_exposed": "exposed D2D",
-    "memset_exposed": "memset",
-    "idle": "idle",
-    "dataloader": "dataloader",
-    "forward": "forward",
-    "backward": "backward",
-    "comm": "comm",
-    "optimizer": "optimizer",
-    "other": "other",
     "dataloader_wait": "CPU: dataloader wait",
     "sync_wait": "CPU: blocked in sync",
 }

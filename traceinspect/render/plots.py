@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .text import CPU_COLUMNS, GPU_COLUMNS
+from .text import CPU_COLUMNS, GPU_COLUMNS, LABELS as _TEXT_LABELS
 
 DPI = 120
 
@@ -49,19 +49,7 @@ PALETTE: dict[str, str] = {
 }
 
 LABELS: dict[str, str] = {
-    "compute": "compute",
-    "comm_exposed": "exposed comm",
-    "h2d_exposed": "exposed H2D",
-    "d2h_exposed": "exposed D2H",
-    "d2d_exposed": "exposed D2D",
-    "memset_exposed": "memset",
-    "idle": "idle",
-    "dataloader": "dataloader",
-    "forward": "forward",
-    "backward": "backward",
-    "comm": "comm",
-    "optimizer": "optimizer",
-    "other": "other",
+    **_TEXT_LABELS,
     "h2d": "H2D copy",
     "d2h": "D2H copy",
     "d2d": "D2D copy",

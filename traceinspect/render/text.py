@@ -31,7 +31,8 @@ CPU_COLUMNS = (
     ("other", "other%"),
 )
 
-_LABELS = {
+# Display names of breakdown categories, shared by every renderer.
+LABELS = {
     "compute": "compute",
     "comm_exposed": "exposed comm",
     "h2d_exposed": "exposed H2D",
@@ -71,7 +72,7 @@ def verdict(d: dict) -> str:
     s = r["summary"]
     wall = s["mean_wall_us"] or 0
     parts = sorted(s["mean_breakdown_us"].items(), key=lambda kv: -(kv[1] or 0))
-    shares = ", ".join(f"{pct(v, wall)} {_LABELS.get(k, k)}" for k, v in parts if v and v / max(wall, 1e-9) >= 0.01)
+    shares = ", ".join(f"{pct(v, wall)} {LABELS.get(k, k)}" for k, v in parts if v and v / max(wall, 1e-9) >= 0.01)
     line = f"step {wall / 1000:.1f} ms on rank {r['rank']}: {shares}"
     if d["findings"]:
         f = d["findings"][0]
