@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from traceinspect.analyze import analyze, analyze_rank
-from traceinspect.collectives import (busbw_factor, dtype_bytes, kernel_collective, normalize_collective,
-                                      _period)
+from traceinspect.buckets import _period
+from traceinspect.collectives import busbw_factor, dtype_bytes, kernel_collective, normalize_collective
 from traceinspect.config import Config
 from traceinspect.load import load
 from traceinspect.trace import Kind, RankTrace

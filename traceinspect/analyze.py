@@ -6,6 +6,7 @@ events. That is what lets the per-rank stage run anywhere (local processes or a 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,17 +102,71 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
         base_ns=rank.base_ns,
         event_count=len(rank.events),
     )
-    for extend in _rank_extensions():
-        try:
-            extend(rank, steps, ra, config)
-        except Exception as exc:  # one failing analysis must not take the rank's report down
-            ra.errors.append(f"{extend.__module__.rsplit('.', 1)[-1]} analysis failed on rank {ra.rank}: "
-                             f"{type(exc).__name__}: {exc}")
+    _run_extensions(rank, steps, ra, config)
     return ra
 
 
+# A rank this big runs its extensions on several cores (forked workers share its events copy-on-write).
+PARALLEL_MIN_EVENTS = 500_000
+
+
+def _run_extension(extend, rank, steps, ra, config) -> None:
+    try:
+        extend(rank, steps, ra, config)
+    except Exception as exc:  # one failing analysis must not take the rank's report down
+        ra.errors.append(f"{extend.__module__.rsplit('.', 1)[-1]} analysis failed on rank {ra.rank}: "
+                         f"{type(exc).__name__}: {exc}")
+
+
+_FORKED: tuple | None = None  # (rank, steps, ra, config) seen by forked workers
+
+
+def _extension_in_child(i: int):
+    """Run extension ``i`` on a private copy of the rank's summary; return only what it added."""
+    rank, steps, ra, config = _FORKED
+    mine = RankAnalysis(**{**ra.__dict__, "steps": ra.steps.copy(), "tables": {}, "errors": []})
+    before = set(mine.steps.columns)
+    _run_extension(_rank_extensions()[i], rank, steps, mine, config)
+    cols = {c: mine.steps[c].to_numpy() for c in mine.steps.columns if c not in before}
+    return mine.tables, cols, mine.errors
+
+
+def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) -> None:
+    """The per-rank extensions read only the base step table and the events, never each other's output, so on a
+    big rank they run side by side: the first here, the others in forked workers; results merge in list order."""
+    global _FORKED
+    exts = _rank_extensions()
+    workers = config.workers if config.workers > 0 else (os.cpu_count() or 1)
+    if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not _can_fork():
+        for extend in exts:
+            _run_extension(extend, rank, steps, ra, config)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    _FORKED = (rank, steps, ra, config)
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers - 1, len(exts) - 1), mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_extension_in_child, i) for i in range(1, len(exts))]
+            _run_extension(exts[0], rank, steps, ra, config)
+            for fut in futures:
+                tables, cols, errors = fut.result()
+                ra.tables.update(tables)
+                for c, v in cols.items():
+                    ra.steps[c] = v
+                ra.errors.extend(errors)
+    finally:
+        _FORKED = None
+
+
+def _can_fork() -> bool:
+    import multiprocessing as mp
+
+    return "fork" in mp.get_all_start_methods() and not mp.current_process().daemon
+
+
 # Per-rank analyses that add tables / step columns, each a module with ``extend_rank(rank, steps, ra, config)``.
-RANK_EXTENSIONS = ("collectives", "precision", "utilization")
+RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
 
 
 def _rank_extensions():

@@ -1,7 +1,9 @@
-"""Collectives of one rank: what was communicated, when it was issued, how long it ran, and DDP's buckets.
+"""The collectives of one rank: what was communicated, when it was issued, how long it ran, at what bandwidth.
 
-``extend_rank`` (called by ``analyze_rank``) adds ``ra.tables["collectives"]`` (one row per collective) and
-per-step communication columns to ``ra.steps``. Definitions of every number: docs/communication.md.
+``extend_rank`` (called by ``analyze_rank``) adds ``ra.tables["collectives"]`` (one row per collective),
+``ra.tables["backward_passes"]`` and the per-step communication columns of ``ra.steps``. This module builds the
+table (sources, joins to kernels, sizes, bandwidth) and the per-step totals; DDP's structure in it (backward
+passes, gradient buckets, rounds, tails) is buckets.py's. Definitions of every number: docs/communication.md.
 
 Where a collective comes from, by torch version and backend:
 
@@ -28,7 +30,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from .attribution import CategoryView
+from .attribution import CategoryView, is_comm_kernel, name_mask
+from .buckets import (BUCKET_COUNTS, BUCKET_SIZES, assign_phase, assign_rounds, backward_passes, bucket_columns,
+                      per_step, tail_columns)
 from .trace import Kind, RankTrace
 
 # --------------------------------------------------------------------------------------------------------------
@@ -161,13 +165,7 @@ def _first_type(text):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Name masks and nesting helpers
-
-
-def _mask(ev: pd.DataFrame, pred) -> np.ndarray:
-    cats = ev["name"].cat.categories
-    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
-    return hit[ev["name"].cat.codes.to_numpy()]
+# Nesting of CPU records
 
 
 def _enclosing(outer: pd.DataFrame, inner: pd.DataFrame) -> np.ndarray:
@@ -220,6 +218,7 @@ def _nested(df: pd.DataFrame) -> np.ndarray:
 
 
 def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """The given event rows as the (row, ts, end, window, tid) frame the nesting helpers take."""
     ts = ev["ts"].to_numpy()[rows]
     return pd.DataFrame(
         {"row": rows, "ts": ts, "end": ts + ev["dur"].to_numpy()[rows], "window": ev["window"].to_numpy()[rows],
@@ -228,122 +227,57 @@ def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Backward passes
-
-
-def backward_passes(rank: RankTrace, steps) -> pd.DataFrame:
-    """The backward passes of each step: runs of ``autograd::engine::evaluate_function`` ops (any thread) that no
-    forward-side op of the training thread separates. Columns: step_index, pass_, start, bwd_end, end, window
-    (``end`` = where the next training-thread op starts: callbacks run by the engine after the last node, such as
-    DDP's final bucket, still belong to the pass)."""
-    ev = rank.events
-    kind = ev["kind"].to_numpy()
-    cols = ["step_index", "pass_", "start", "bwd_end", "end", "window"]
-    is_bwd = (kind == int(Kind.CPU_OP)) & _mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function"))
-    b = np.flatnonzero(is_bwd)
-    st = steps.table
-    if not len(b) or not len(st):
-        return pd.DataFrame(columns=cols)
-    ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
-    win = ev["window"].to_numpy()
-    tid = ev["tid"].to_numpy()
-    # Markers: training-thread ops that are not backward, not communication, not inside a backward node.
-    main = steps.main_tid
-    markers_ts = np.empty(0)
-    markers_win = np.empty(0, np.int64)
-    if main is not None:
-        on_main = (tid == main) & (kind <= int(Kind.USER_ANNOTATION))
-        skip = _mask(ev, lambda s: s.startswith(("autograd::engine::evaluate_function", "ProfilerStep#", "c10d::",
-                                                 "_c10d_functional::", "record_param_comms", "nccl:", "gloo:",
-                                                 "rccl:")))
-        cand = np.flatnonzero(on_main & ~skip)
-        mb = np.flatnonzero(is_bwd & (tid == main))
-        if len(mb) and len(cand):
-            # Drop candidates that start inside a training-thread backward node (the node's own ops).
-            o = np.argsort(ts[mb], kind="stable")
-            bs, be = ts[mb][o], end[mb][o]
-            runmax = np.maximum.accumulate(be)
-            k = np.searchsorted(bs, ts[cand], side="right") - 1
-            inside = (k >= 0) & (ts[cand] < runmax[np.clip(k, 0, None)])
-            cand = cand[~inside]
-        markers_ts = ts[cand]
-        markers_win = win[cand]
-    # Step of each backward op by its start on the step CPU windows.
-    cs = st["cpu_start"].to_numpy()
-    ce = st["cpu_end"].to_numpy()
-    sw = st["window"].to_numpy()
-    bts = ts[b]
-    k = np.searchsorted(cs, bts, side="right") - 1
-    ok = (k >= 0) & (bts < ce[np.clip(k, 0, None)]) & (win[b] == sw[np.clip(k, 0, None)])
-    b, k = b[ok], k[ok]
-    if not len(b):
-        return pd.DataFrame(columns=cols)
-    order = np.lexsort((ts[b], k))
-    b, k = b[order], k[order]
-    rows = []
-    for si in np.unique(k):
-        sel = b[k == si]
-        s_ts, s_end = ts[sel], end[sel]
-        w = int(sw[si])
-        mts = np.sort(markers_ts[markers_win == w])
-        mts = mts[(mts >= cs[si]) & (mts < ce[si])]
-        runmax = np.maximum.accumulate(s_end)
-        # A new pass starts at op i when a marker starts between everything before it and op i.
-        n_before = np.searchsorted(mts, s_ts, side="left")
-        n_after_prev = np.searchsorted(mts, np.concatenate([[-np.inf], runmax[:-1]]), side="right")
-        new = np.ones(len(sel), bool)
-        new[1:] = n_before[1:] > n_after_prev[1:]
-        pid = np.cumsum(new) - 1
-        for p in range(int(pid[-1]) + 1):
-            m = pid == p
-            start, bwd_end = float(s_ts[m].min()), float(s_end[m].max())
-            nxt = mts[mts >= bwd_end]
-            pend = float(nxt[0]) if len(nxt) else float(ce[si])
-            rows.append((int(si), p, start, bwd_end, max(pend, bwd_end), w))
-    return pd.DataFrame(rows, columns=cols)
-
-
-# --------------------------------------------------------------------------------------------------------------
 # The collectives table
 
 
-def _launch_kernel_map(ev: pd.DataFrame):
-    """Runtime/driver launch calls whose correlation names an NCCL/RCCL kernel: (launch rows, kernel rows)."""
-    kind = ev["kind"].to_numpy()
-    is_comm_kernel = (kind == int(Kind.KERNEL)) & _mask(ev, lambda s: "nccl" in s.lower() or "rccl" in s.lower())
-    k = np.flatnonzero(is_comm_kernel)
-    if not len(k):
-        return np.empty(0, np.int64), np.empty(0, np.int64), k
-    corr = ev["corr"].to_numpy()
-    win = ev["window"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
-    kd = pd.DataFrame({"window": win[k], "corr": corr[k], "krow": k})
-    kd = kd[kd["corr"] >= 0].drop_duplicates(["window", "corr"])
-    rd = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lrow": rt}).drop_duplicates(["window", "corr"])
-    m = rd.merge(kd, on=["window", "corr"], how="inner")
-    return m["lrow"].to_numpy(), m["krow"].to_numpy(), k
-
-
-def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per collective of the rank (see the module docstring for the sources; columns in COLUMNS)."""
+def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame) -> pd.DataFrame:
+    """One row per collective of the rank (see the module docstring for the sources; columns in COLUMNS, plus
+    working columns), in issue order; ``passes`` (from ``backward_passes``) place the rows in DDP's rounds."""
     ev = rank.events
-    if passes is None:
-        passes = backward_passes(rank, steps)
+    issues = _issues(ev)
+    recs = _issue_rows(ev, issues)
+    lrows, krows, all_k = _launch_kernel_map(ev)
+    claimed = _claim_kernels(ev, issues, recs, lrows, krows)
+    _pair_gloo(ev, recs)
+    recs += _unclaimed_kernel_rows(ev, [int(kr) for kr in all_k if int(kr) not in claimed], lrows, krows)
+    if not recs:
+        return _empty_table()
+    df = _sizes_and_bandwidth(pd.DataFrame(recs), rank)
+    _assign_steps(df, steps, kernels_only=not len(issues))
+    assign_phase(df, passes)
+    df = df.sort_values(["cpu_ts_us", "ts_us"], kind="stable", na_position="last").reset_index(drop=True)
+    assign_rounds(df)
+    return df
+
+
+def _empty_table() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+
+
+def _row(**fields) -> dict:
+    """One collective of the table under construction; what ``fields`` leave out is not known (yet): no size,
+    no kernel, no execution."""
+    return {"pg": None, "nelems": -1, "dtype": None, "group_size": -1, "seq": -1, "cpu_ts_us": np.nan,
+            "cpu_dur": np.nan, "tid": -1, "kernel": None, "kernel_ts_us": np.nan, "kernel_end": np.nan,
+            "kernel_dur_us": np.nan, "krow": -1, "backend": None, "exec_ts": np.nan, "exec_dur": np.nan,
+            "nkernels": 0, **fields}
+
+
+def _issues(ev: pd.DataFrame) -> pd.DataFrame:
+    """The CPU records that issue collectives, in time order: ``record_param_comms`` ops that name a collective,
+    ``nccl:`` annotations outside them, and the outermost ``c10d::`` ops that enclose neither. Columns: row, ts,
+    end, window, tid, source."""
     kind = ev["kind"].to_numpy()
     names = CategoryView(ev["name"])
     coll_col = CategoryView(ev["coll"])
-    cpu_like = kind <= int(Kind.USER_ANNOTATION)
-
-    # Issue records -----------------------------------------------------------------------------------------
-    is_rpc = (kind == int(Kind.CPU_OP)) & _mask(ev, lambda s: s == "record_param_comms")
+    is_rpc = (kind == int(Kind.CPU_OP)) & name_mask(ev, lambda s: s == "record_param_comms")
     rpc_rows = np.flatnonzero(is_rpc)
     has_coll = pd.notna(coll_col[rpc_rows]) if len(rpc_rows) else np.zeros(0, bool)
     R = rpc_rows[has_coll]
     R = R[[normalize_collective(coll_col[r]) not in NOT_COLLECTIVES for r in R]] if len(R) else R
-    nccl_ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION)) & _mask(ev, lambda s: s.startswith(("nccl:", "rccl:"))))
-    gloo_ann = np.flatnonzero(cpu_like & _mask(ev, lambda s: s.startswith("gloo:")))
-    c10d = np.flatnonzero((kind == int(Kind.CPU_OP)) & _mask(
+    nccl_ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION))
+                              & name_mask(ev, lambda s: s.startswith(("nccl:", "rccl:"))))
+    c10d = np.flatnonzero((kind == int(Kind.CPU_OP)) & name_mask(
         ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and normalize_collective(s) not in NOT_COLLECTIVES
         and "wait" not in s))
     fR, fA, fC = _frame(ev, R), _frame(ev, nccl_ann), _frame(ev, c10d)
@@ -358,8 +292,13 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
         fC = fC[~_nested(fC)]  # e.g. _c10d_functional::all_reduce around c10d::allreduce_: keep the outer one
     issues = pd.concat([fR.assign(source="record_param_comms"), fA.assign(source="nccl annotation"),
                         fC.assign(source="c10d op")], ignore_index=True)
-    issues = issues.sort_values("ts", kind="stable").reset_index(drop=True)
+    return issues.sort_values("ts", kind="stable").reset_index(drop=True)
 
+
+def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
+    """One row per issue record (same order), sized from the record's own arguments."""
+    names = CategoryView(ev["name"])
+    coll_col = CategoryView(ev["coll"])
     in_nel = ev["in_nelems"].to_numpy()
     out_nel = ev["out_nelems"].to_numpy()
     gsize = ev["group_size"].to_numpy()
@@ -368,10 +307,10 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
     pg_col = ev["pg"].to_numpy()
     in_dims = ev["in_dims"].to_numpy()
     in_types = ev["in_types"].to_numpy()
-
-    gdur_all = ev["dur"].to_numpy()
+    dur = ev["dur"].to_numpy()
+    its, iwin, itid = issues["ts"].to_numpy(), issues["window"].to_numpy(), issues["tid"].to_numpy()
     recs = []
-    for r, src in zip(issues["row"].to_numpy(), issues["source"].to_numpy()):
+    for i, (r, src) in enumerate(zip(issues["row"].to_numpy(), issues["source"].to_numpy())):
         if src == "record_param_comms":
             nm = normalize_collective(coll_col[r])
             nel = out_nel[r] if nm == "allgather" else in_nel[r]
@@ -380,27 +319,42 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
             nm = normalize_collective(names[r])
             nel = _dims_nelems(in_dims[r])
             dt = _first_type(in_types[r])
-        recs.append({
-            "name": nm, "pg": pg_col[r] if isinstance(pg_col[r], str) else None,
-            "nelems": int(nel) if nel is not None and nel >= 0 else -1,
-            "dtype": dt if isinstance(dt, str) else None,
-            "group_size": int(gsize[r]), "seq": int(seqc[r]),
-            "cpu_ts_us": float(issues.loc[len(recs), "ts"]), "cpu_end": float(issues.loc[len(recs), "end"]),
-            "cpu_dur": float(gdur_all[r]),
-            "window": int(issues.loc[len(recs), "window"]), "tid": int(issues.loc[len(recs), "tid"]),
-            "source": src, "kernel": None, "kernel_ts_us": np.nan, "kernel_end": np.nan, "kernel_dur_us": np.nan,
-            "krow": -1, "backend": None, "exec_ts": np.nan, "exec_end": np.nan, "exec_dur": np.nan,
-            "nkernels": 0,
-        })
+        recs.append(_row(
+            name=nm, pg=pg_col[r] if isinstance(pg_col[r], str) else None,
+            nelems=int(nel) if nel is not None and nel >= 0 else -1, dtype=dt if isinstance(dt, str) else None,
+            group_size=int(gsize[r]), seq=int(seqc[r]), cpu_ts_us=float(its[i]), cpu_dur=float(dur[r]),
+            window=int(iwin[i]), tid=int(itid[i]), source=src,
+        ))
+    return recs
 
-    # NCCL kernels: the launch call inside the issue record (same thread) names the kernel ---------------------
-    lrows, krows, all_k = _launch_kernel_map(ev)
+
+def _launch_kernel_map(ev: pd.DataFrame):
+    """Runtime/driver launch calls whose correlation names an NCCL/RCCL kernel: (launch rows, kernel rows, all
+    NCCL/RCCL kernel rows)."""
+    kind = ev["kind"].to_numpy()
+    k = np.flatnonzero((kind == int(Kind.KERNEL)) & name_mask(ev, is_comm_kernel))
+    if not len(k):
+        return np.empty(0, np.int64), np.empty(0, np.int64), k
+    corr = ev["corr"].to_numpy()
+    win = ev["window"].to_numpy()
+    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
+    kd = pd.DataFrame({"window": win[k], "corr": corr[k], "krow": k})
+    kd = kd[kd["corr"] >= 0].drop_duplicates(["window", "corr"])
+    rd = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lrow": rt}).drop_duplicates(["window", "corr"])
+    m = rd.merge(kd, on=["window", "corr"], how="inner")
+    return m["lrow"].to_numpy(), m["krow"].to_numpy(), k
+
+
+def _claim_kernels(ev: pd.DataFrame, issues: pd.DataFrame, recs: list[dict], lrows: np.ndarray,
+                   krows: np.ndarray) -> set:
+    """Give each issue row the NCCL kernels launched inside its record (same thread); return the kernels claimed.
+    The kernel's execution becomes the row's, and its args fill in sizes the record lacks."""
     claimed = set()
+    names = CategoryView(ev["name"])
+    kts = ev["ts"].to_numpy()
+    kdur = ev["dur"].to_numpy()
     if len(lrows) and len(issues):
-        fl = _frame(ev, lrows)
-        enc = _enclosing(issues[["ts", "end", "window", "tid"]], fl)
-        kts = ev["ts"].to_numpy()
-        kdur = ev["dur"].to_numpy()
+        enc = _enclosing(issues[["ts", "end", "window", "tid"]], _frame(ev, lrows))
         for li, i in enumerate(enc):
             if i < 0:
                 continue
@@ -415,95 +369,117 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
                 rec["kernel_ts_us"] = min(rec["kernel_ts_us"], s)
                 rec["kernel_end"] = max(rec["kernel_end"], e)
             claimed.add(kr)
+    in_nel = ev["in_nelems"].to_numpy()
+    out_nel = ev["out_nelems"].to_numpy()
+    gsize = ev["group_size"].to_numpy()
+    dtype_col = ev["dtype"].to_numpy()
+    pg_col = ev["pg"].to_numpy()
     for rec in recs:
-        if rec["krow"] >= 0:
-            kr = rec["krow"]
-            if rec["nkernels"] > 1:  # several kernels (coalesced): first start to last end
-                rec["kernel_dur_us"] = rec["kernel_end"] - rec["kernel_ts_us"]
-            rec["backend"] = "nccl"
-            rec["exec_ts"], rec["exec_end"], rec["exec_dur"] = rec["kernel_ts_us"], rec["kernel_end"], rec["kernel_dur_us"]
-            # Older records lack sizes; NCCL 2.17-era kernels carry them.
-            if rec["nelems"] < 0 and in_nel[kr] >= 0:
-                rec["nelems"] = int(out_nel[kr] if rec["name"] == "allgather" and out_nel[kr] >= 0 else in_nel[kr])
-            if rec["dtype"] is None and isinstance(dtype_col[kr], str):
-                rec["dtype"] = dtype_col[kr]
-            if rec["group_size"] < 0 and gsize[kr] >= 0:
-                rec["group_size"] = int(gsize[kr])
-            if rec["pg"] is None and isinstance(pg_col[kr], str):
-                rec["pg"] = pg_col[kr]
+        if rec["krow"] < 0:
+            continue
+        kr = rec["krow"]
+        if rec["nkernels"] > 1:  # several kernels (coalesced): first start to last end
+            rec["kernel_dur_us"] = rec["kernel_end"] - rec["kernel_ts_us"]
+        rec["backend"] = "nccl"
+        rec["exec_ts"], rec["exec_dur"] = rec["kernel_ts_us"], rec["kernel_dur_us"]
+        # Older records lack sizes; NCCL 2.17-era kernels carry them.
+        if rec["nelems"] < 0 and in_nel[kr] >= 0:
+            rec["nelems"] = int(out_nel[kr] if rec["name"] == "allgather" and out_nel[kr] >= 0 else in_nel[kr])
+        if rec["dtype"] is None and isinstance(dtype_col[kr], str):
+            rec["dtype"] = dtype_col[kr]
+        if rec["group_size"] < 0 and gsize[kr] >= 0:
+            rec["group_size"] = int(gsize[kr])
+        if rec["pg"] is None and isinstance(pg_col[kr], str):
+            rec["pg"] = pg_col[kr]
+    return claimed
 
-    # Gloo: pair issue records without a kernel with the gloo annotations, in order, per collective -----------
-    if len(gloo_ann):
-        g = _frame(ev, gloo_ann)
-        g["name"] = [normalize_collective(names[r]) for r in g["row"]]
-        g = g.sort_values("ts", kind="stable")
-        pending = [i for i, rec in enumerate(recs) if rec["krow"] < 0]
-        if not pending:  # no issue ops recorded: the gloo annotations are the records
-            for _, x in g.iterrows():
-                recs.append({
-                    "name": x["name"], "pg": None, "nelems": _dims_nelems(in_dims[x["row"]]),
-                    "dtype": _first_type(in_types[x["row"]]), "group_size": -1, "seq": -1,
-                    "cpu_ts_us": float(x["ts"]), "cpu_end": float(x["end"]), "window": int(x["window"]),
-                    "cpu_dur": float(gdur_all[x["row"]]),
-                    "tid": int(x["tid"]), "source": "gloo annotation", "kernel": None, "kernel_ts_us": np.nan,
-                    "kernel_end": np.nan, "kernel_dur_us": np.nan, "krow": -1, "backend": "gloo",
-                    "exec_ts": float(x["ts"]), "exec_end": float(x["end"]), "exec_dur": float(gdur_all[x["row"]]),
-                    "nkernels": 0,
-                })
-        else:
-            for nm, gg in g.groupby("name", sort=False):
-                mine = [i for i in pending if recs[i]["name"] == nm]
-                gts, gend, grow, gwin = (gg["ts"].to_numpy(), gg["end"].to_numpy(), gg["row"].to_numpy(),
-                                         gg["window"].to_numpy())
-                j = 0
-                for i in mine:
-                    rec = recs[i]
-                    # the work runs after it is issued, in the same window; earlier annotations are orphans
-                    while j < len(gts) and (gwin[j] != rec["window"] or gts[j] < rec["cpu_ts_us"] - 1.0):
-                        if gwin[j] > rec["window"]:
-                            break
-                        j += 1
-                    if j >= len(gts) or gwin[j] != rec["window"]:
-                        continue
-                    rec["backend"] = "gloo"
-                    rec["exec_ts"], rec["exec_end"] = float(gts[j]), float(gend[j])
-                    rec["exec_dur"] = float(gdur_all[grow[j]])
-                    if rec["nelems"] < 0:
-                        rec["nelems"] = _dims_nelems(in_dims[grow[j]])
-                    if rec["dtype"] is None:
-                        rec["dtype"] = _first_type(in_types[grow[j]])
-                    j += 1
 
-    # Kernels no record claimed (CPU side missing): rows from the kernel's own args ----------------------------
+def _pair_gloo(ev: pd.DataFrame, recs: list[dict]) -> None:
+    """Gloo: pair the rows without a kernel with the gloo annotations, in order, per collective; the annotation's
+    execution becomes the row's. With no issue rows at all, the annotations are the rows (appended)."""
+    kind = ev["kind"].to_numpy()
+    gloo_ann = np.flatnonzero((kind <= int(Kind.USER_ANNOTATION)) & name_mask(ev, lambda s: s.startswith("gloo:")))
+    if not len(gloo_ann):
+        return
+    names = CategoryView(ev["name"])
+    in_dims = ev["in_dims"].to_numpy()
+    in_types = ev["in_types"].to_numpy()
+    gdur_all = ev["dur"].to_numpy()
+    g = _frame(ev, gloo_ann)
+    g["name"] = [normalize_collective(names[r]) for r in g["row"]]
+    g = g.sort_values("ts", kind="stable")
+    pending = [i for i, rec in enumerate(recs) if rec["krow"] < 0]
+    if not pending:  # no issue ops recorded: the gloo annotations are the records
+        for _, x in g.iterrows():
+            recs.append(_row(
+                name=x["name"], nelems=_dims_nelems(in_dims[x["row"]]), dtype=_first_type(in_types[x["row"]]),
+                cpu_ts_us=float(x["ts"]), window=int(x["window"]), cpu_dur=float(gdur_all[x["row"]]),
+                tid=int(x["tid"]), source="gloo annotation", backend="gloo", exec_ts=float(x["ts"]),
+                exec_dur=float(gdur_all[x["row"]]),
+            ))
+        return
+    for nm, gg in g.groupby("name", sort=False):
+        mine = [i for i in pending if recs[i]["name"] == nm]
+        gts, grow, gwin = gg["ts"].to_numpy(), gg["row"].to_numpy(), gg["window"].to_numpy()
+        j = 0
+        for i in mine:
+            rec = recs[i]
+            # the work runs after it is issued, in the same window; earlier annotations are orphans
+            while j < len(gts) and (gwin[j] != rec["window"] or gts[j] < rec["cpu_ts_us"] - 1.0):
+                if gwin[j] > rec["window"]:
+                    break
+                j += 1
+            if j >= len(gts) or gwin[j] != rec["window"]:
+                continue
+            rec["backend"] = "gloo"
+            rec["exec_ts"] = float(gts[j])
+            rec["exec_dur"] = float(gdur_all[grow[j]])
+            if rec["nelems"] < 0:
+                rec["nelems"] = _dims_nelems(in_dims[grow[j]])
+            if rec["dtype"] is None:
+                rec["dtype"] = _first_type(in_types[grow[j]])
+            j += 1
+
+
+def _unclaimed_kernel_rows(ev: pd.DataFrame, kernels: list[int], lrows: np.ndarray, krows: np.ndarray) -> list[dict]:
+    """Rows for NCCL kernels no record claimed (CPU side missing), from the kernel's own args; the launch call,
+    when the trace has it, gives the CPU time and thread."""
+    names = CategoryView(ev["name"])
+    coll_col = CategoryView(ev["coll"])
+    in_nel = ev["in_nelems"].to_numpy()
+    out_nel = ev["out_nelems"].to_numpy()
+    gsize = ev["group_size"].to_numpy()
+    seqc = ev["seq"].to_numpy()
+    dtype_col = ev["dtype"].to_numpy()
+    pg_col = ev["pg"].to_numpy()
     kts = ev["ts"].to_numpy()
     kdur = ev["dur"].to_numpy()
+    win = ev["window"].to_numpy()
+    tid = ev["tid"].to_numpy()
     l_of_k = dict(zip(krows.tolist(), lrows.tolist())) if len(lrows) else {}
-    for kr in all_k:
-        kr = int(kr)
-        if kr in claimed:
-            continue
+    rows = []
+    for kr in kernels:
         nm = normalize_collective(coll_col[kr]) if isinstance(coll_col[kr], str) else kernel_collective(str(names[kr]))
         lr = l_of_k.get(kr)
-        recs.append({
-            "name": nm, "pg": pg_col[kr] if isinstance(pg_col[kr], str) else None,
-            "nelems": int(out_nel[kr] if nm == "allgather" and out_nel[kr] >= 0 else in_nel[kr]),
-            "dtype": dtype_col[kr] if isinstance(dtype_col[kr], str) else None,
-            "group_size": int(gsize[kr]), "seq": int(seqc[kr]),
-            "cpu_ts_us": float(kts[lr]) if lr is not None else np.nan,
-            "cpu_end": float(kts[lr] + kdur[lr]) if lr is not None else np.nan,
-            "cpu_dur": float(kdur[lr]) if lr is not None else np.nan,
-            "window": int(ev["window"].to_numpy()[kr]), "tid": int(ev["tid"].to_numpy()[lr]) if lr is not None else -1,
-            "source": "kernel", "kernel": str(names[kr]), "kernel_ts_us": float(kts[kr]),
-            "kernel_end": float(kts[kr] + kdur[kr]), "kernel_dur_us": float(kdur[kr]), "krow": kr, "backend": "nccl",
-            "exec_ts": float(kts[kr]), "exec_end": float(kts[kr] + kdur[kr]), "exec_dur": float(kdur[kr]),
-            "nkernels": 1,
-        })
+        rows.append(_row(
+            name=nm, pg=pg_col[kr] if isinstance(pg_col[kr], str) else None,
+            nelems=int(out_nel[kr] if nm == "allgather" and out_nel[kr] >= 0 else in_nel[kr]),
+            dtype=dtype_col[kr] if isinstance(dtype_col[kr], str) else None,
+            group_size=int(gsize[kr]), seq=int(seqc[kr]),
+            cpu_ts_us=float(kts[lr]) if lr is not None else np.nan,
+            cpu_dur=float(kdur[lr]) if lr is not None else np.nan,
+            window=int(win[kr]), tid=int(tid[lr]) if lr is not None else -1,
+            source="kernel", kernel=str(names[kr]), kernel_ts_us=float(kts[kr]), kernel_end=float(kts[kr] + kdur[kr]),
+            kernel_dur_us=float(kdur[kr]), krow=kr, backend="nccl", exec_ts=float(kts[kr]), exec_dur=float(kdur[kr]),
+            nkernels=1,
+        ))
+    return rows
 
-    if not recs:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
-    df = pd.DataFrame(recs)
-    default_backend = _default_backend(rank)
-    df["backend"] = df["backend"].fillna(default_backend)
+
+def _sizes_and_bandwidth(df: pd.DataFrame, rank: RankTrace) -> pd.DataFrame:
+    """Fill in backend and group size where the rows lack them; add bytes, execution time (ts_us, dur_us) and
+    algorithm and bus bandwidth."""
+    df["backend"] = df["backend"].fillna(_default_backend(rank))
     # group size: from the record, else the process group's size in distributedInfo, else the world size
     pg_sizes = _pg_sizes(rank)
     gs = df["group_size"].to_numpy().astype(np.int64)
@@ -520,32 +496,6 @@ def collectives_table(rank: RankTrace, steps, passes: pd.DataFrame | None = None
         algbw = np.where((df["bytes"] > 0) & (df["dur_us"] > 0), df["bytes"] / (df["dur_us"] * 1e-6) / 1e9, np.nan)
     df["algbw_gbps"] = algbw
     df["busbw_gbps"] = algbw * np.array([busbw_factor(n, g) for n, g in zip(df["name"], df["group_size"])])
-
-    # Step of each collective: the step whose CPU window holds its issue; kernel-only rows: the kernel's step.
-    st = steps.table
-    step_ids = st["step"].to_numpy()
-    cs, ce, sw = st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), st["window"].to_numpy()
-    t = df["cpu_ts_us"].to_numpy()
-    k = np.searchsorted(cs, t, side="right") - 1 if len(cs) else np.full(len(t), -1)
-    kk = np.clip(k, 0, None)
-    ok = (k >= 0) & (len(cs) > 0) & ~np.isnan(t)
-    if len(cs):
-        ok &= (t < ce[kk]) & (df["window"].to_numpy() == sw[kk])
-    step_idx = np.where(ok, k, -1)
-    # Kernels whose launch is not in the trace were issued before it began; only a trace with no CPU-side records
-    # at all gets them placed by their GPU time.
-    if len(steps.gpu_index) and not len(issues):
-        gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
-        for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
-            p = gpos.get(int(df["krow"].iat[i]))
-            if p is not None and steps.gpu_step[p] >= 0:
-                step_idx[i] = steps.gpu_step[p]
-    df["step_index"] = step_idx
-    df["step"] = np.where(step_idx >= 0, step_ids[np.clip(step_idx, 0, None)] if len(step_ids) else -1, -1)
-
-    _assign_phase(df, passes)
-    df = df.sort_values(["cpu_ts_us", "ts_us"], kind="stable", na_position="last").reset_index(drop=True)
-    _assign_rounds(df)
     return df
 
 
@@ -571,258 +521,128 @@ def _pg_sizes(rank: RankTrace) -> dict:
     return out
 
 
-def _assign_phase(df: pd.DataFrame, passes: pd.DataFrame) -> None:
-    """phase: 'backward' if issued inside a backward pass, 'forward' if a later pass of the same step follows
-    (issued before a backward: DDP's buffer broadcasts in forward), else 'other' (after the last backward)."""
-    n = len(df)
-    phase = np.full(n, "other", dtype=object)
-    pass_ = np.full(n, -1, np.int64)
-    if len(passes):
-        t = df["cpu_ts_us"].to_numpy()
-        si = df["step_index"].to_numpy()
-        for s, pg in passes.groupby("step_index"):
-            rows = np.flatnonzero(si == s)
-            if not len(rows):
-                continue
-            starts, ends = pg["start"].to_numpy(), pg["end"].to_numpy()
-            for r in rows:
-                inside = np.flatnonzero((starts <= t[r]) & (t[r] < ends))
-                if len(inside):
-                    phase[r] = "backward"
-                    pass_[r] = int(pg["pass_"].to_numpy()[inside[0]])
-                elif (starts > t[r]).any():
-                    phase[r] = "forward"
-    df["phase"] = phase
-    df["pass_"] = pass_
-
-
-def _period(seq: list) -> int:
-    """Smallest p dividing len(seq) with seq[i] == seq[i % p]: the length of one repeated round."""
-    n = len(seq)
-    for p in range(1, n + 1):
-        if n % p == 0 and all(seq[i] == seq[i % p] for i in range(n)):
-            return p
-    return n
-
-
-def _assign_rounds(df: pd.DataFrame) -> None:
-    """Gradient all-reduces (``grad``), their round within the step (one backward pass = one round) and bucket
-    index within the round. Without backward passes in the trace (kernels only), every all-reduce of a step is a
-    gradient all-reduce and rounds are the repeats of the step's bucket-size sequence."""
-    n = len(df)
-    grad = np.zeros(n, bool)
-    rnd = np.full(n, -1, np.int64)
-    bucket = np.full(n, -1, np.int64)
-    is_ar = (df["name"] == "allreduce").to_numpy()
-    has_passes = (df["pass_"] >= 0).any()
-    steps_ = df["step"].to_numpy()
-    for s in np.unique(steps_[steps_ >= 0]):
-        rows = np.flatnonzero((steps_ == s) & is_ar)
-        if not len(rows):
-            continue
-        if has_passes:
-            rows = rows[df["phase"].to_numpy()[rows] == "backward"]
-            if not len(rows):
-                continue
-            passes = df["pass_"].to_numpy()[rows]
-            for ri, p in enumerate(np.unique(passes)):
-                pr = rows[passes == p]
-                rnd[pr] = ri
-                bucket[pr] = np.arange(len(pr))
-        else:
-            sizes = df["bytes"].to_numpy()[rows].tolist()
-            p = _period(sizes) if all(x > 0 for x in sizes) else len(rows)
-            if p == 1 and len(rows) > 1:  # all buckets the same size: rounds cannot be told from buckets
-                p = len(rows)
-            rnd[rows] = np.arange(len(rows)) // p
-            bucket[rows] = np.arange(len(rows)) % p
-        grad[rows] = True
-    df["grad"] = grad
-    df["round"] = rnd
-    df["bucket"] = bucket
+def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
+    """step_index / step of each row: the step whose CPU window holds its issue. Kernels whose launch is not in
+    the trace were issued before it began; only a trace with no CPU-side records at all (``kernels_only``) gets
+    them placed by their GPU time."""
+    st = steps.table
+    step_ids = st["step"].to_numpy()
+    cs, ce, sw = st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), st["window"].to_numpy()
+    t = df["cpu_ts_us"].to_numpy()
+    k = np.searchsorted(cs, t, side="right") - 1 if len(cs) else np.full(len(t), -1)
+    kk = np.clip(k, 0, None)
+    ok = (k >= 0) & (len(cs) > 0) & ~np.isnan(t)
+    if len(cs):
+        ok &= (t < ce[kk]) & (df["window"].to_numpy() == sw[kk])
+    step_idx = np.where(ok, k, -1)
+    if len(steps.gpu_index) and kernels_only:
+        gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
+        for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
+            p = gpos.get(int(df["krow"].iat[i]))
+            if p is not None and steps.gpu_step[p] >= 0:
+                step_idx[i] = steps.gpu_step[p]
+    df["step_index"] = step_idx
+    df["step"] = np.where(step_idx >= 0, step_ids[np.clip(step_idx, 0, None)] if len(step_ids) else -1, -1)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Per-step columns
 
+# A rank without collectives in any step: these counts are 0 and these sizes, shares and bandwidths NaN.
+_NO_COMM_COUNTS = ("comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
+                   "allreduce_time_us", *BUCKET_COUNTS)
+_NO_COMM_NANS = ("comm_small_time_share", "allreduce_busbw_gbps", *BUCKET_SIZES)
+_INT_COLUMNS = ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
+                "grad_allreduce_count")
+
 
 def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
                  config=None) -> pd.DataFrame:
-    """Per-step communication numbers, one row per ra.steps row (same order). Vectorized per step (groupby)."""
+    """Per-step communication numbers, one row per ra.steps row (same order): the totals here, gradient buckets,
+    rounds, backward passes and tails from buckets.py. Vectorized per step (groupby)."""
     small = getattr(config, "small_bucket_bytes", 4 * 1024 * 1024)
-    step_ids = steps_df["step"].to_numpy()
-    n = len(steps_df)
-    idx = pd.Index(step_ids)
-    out = pd.DataFrame(index=idx)
-
-    def put(name, series, fill=np.nan):
-        out[name] = series.reindex(idx).to_numpy(dtype=float) if series is not None else np.full(n, fill)
-        if fill == fill:  # not NaN
-            out[name] = np.nan_to_num(out[name].to_numpy(), nan=fill)
-
+    out = pd.DataFrame(index=pd.Index(steps_df["step"].to_numpy()))
     c = coll[coll["step"] >= 0] if len(coll) else coll
     if len(c):
         c = c.assign(_b=c["bytes"].astype(float), _d=c["dur_us"].astype(float),
                      _known=(c["bytes"] >= 0).astype(float), _small=(c["bytes"] < small) & (c["bytes"] >= 0))
         c = c.assign(_sd=np.where(c["_small"], c["_d"], 0.0))
-
-        def sums(g):
-            agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
-                                        d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
-                                        bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
-            agg.loc[agg["known"] < 1, "b"] = np.nan
-            return agg
-
-        allc = sums(c)
-        put("comm_calls", allc["n"], 0)
-        put("comm_bytes", allc["b"], 0)
-        put("comm_time_us", allc["d"].fillna(0.0), 0)
-        share = (allc["sd"] / allc["d"]).where((allc["known"] >= 1) & (allc["d"] > 0))
-        put("comm_small_time_share", share)
-        ar = c[c["name"] == "allreduce"]
-        if len(ar):
-            a = sums(ar)
-            put("allreduce_count", a["n"], 0)
-            put("allreduce_bytes", a["b"], 0)
-            put("allreduce_time_us", a["d"].fillna(0.0), 0)
-            factor = pd.Series([busbw_factor("allreduce", g) for g in a["g"]], index=a.index)
-            bw = (a["b"] / (a["d"] * 1e-6) / 1e9 * factor).where((a["bmin"] > 0) & (a["dmin"] > 0))
-            put("allreduce_busbw_gbps", bw)
-        else:
-            for k in ("allreduce_count", "allreduce_bytes", "allreduce_time_us"):
-                put(k, None, 0)
-            put("allreduce_busbw_gbps", None)
-        gr = c[c["grad"]]
-        if len(gr):
-            a = sums(gr)
-            put("grad_allreduce_count", a["n"], 0)
-            put("grad_comm_time_us", a["d"].fillna(0.0), 0)
-            put("allreduce_rounds", gr.groupby("step")["round"].nunique(), 0)
-            last_round = gr.groupby("step")["round"].transform("max")
-            last = gr[gr["round"] == last_round]
-            lg = last.groupby("step")
-            put("bucket_count", lg.size(), 0)
-            ok = lg["_b"].min() > 0
-            put("bucket_min_bytes", lg["_b"].min().where(ok))
-            put("bucket_median_bytes", lg["_b"].median().where(ok))
-            put("bucket_max_bytes", lg["_b"].max().where(ok))
-            put("grad_bytes", lg["_b"].sum().where(ok))
-            put("small_bucket_count", lg["_small"].sum().where(ok))
-            rest = gr[gr["round"] != last_round]
-            red = pd.Series(0.0, index=ok.index)
-            if len(rest):
-                rs = rest.groupby("step").agg(b=("_b", "sum"), known=("_known", "min"))
-                red.loc[rs.index] = rs["b"].where(rs["known"] >= 1)
-            put("redundant_grad_bytes", red.where(ok))
-        else:
-            for k in ("grad_allreduce_count", "grad_comm_time_us", "allreduce_rounds", "bucket_count"):
-                put(k, None, 0)
-            for k in ("bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes", "grad_bytes",
-                      "small_bucket_count", "redundant_grad_bytes"):
-                put(k, None)
+        _total_columns(out, c)
+        bucket_columns(out, c)
     else:
-        for k in ("comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
-                  "allreduce_time_us", "grad_allreduce_count", "grad_comm_time_us", "allreduce_rounds",
-                  "bucket_count"):
-            put(k, None, 0)
-        for k in ("comm_small_time_share", "allreduce_busbw_gbps", "bucket_min_bytes", "bucket_median_bytes",
-                  "bucket_max_bytes", "grad_bytes", "small_bucket_count", "redundant_grad_bytes"):
-            put(k, None)
-    if len(passes):
-        bp = passes.groupby("step_index").size()
-        out["backward_passes"] = bp.reindex(np.arange(n)).fillna(0).to_numpy()
-    else:
-        out["backward_passes"] = 0
-    tails = _comm_tails(coll, rank, steps, passes)
-    out["comm_tail_us"] = [tails[i][max(tails[i])] if i in tails else np.nan for i in range(n)]
-    out["comm_tail_total_us"] = [sum(tails[i].values()) if i in tails else np.nan for i in range(n)]
-    # Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
-    # traces, the training thread's own time in collective calls plus the tails it waits out after each backward.
-    if "bd_comm_exposed" in steps_df:
-        out["comm_exposed_us"] = steps_df["bd_comm_exposed"].to_numpy(dtype=float)
-    elif "cpu_comm" in steps_df:
-        t = np.nan_to_num(out["comm_tail_total_us"].to_numpy(dtype=float))
-        out["comm_exposed_us"] = np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + t,
-                                            steps_df["cpu_step_us"].to_numpy(dtype=float))
-    else:
-        out["comm_exposed_us"] = np.nan
-    for k in ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
-              "grad_allreduce_count"):
+        for k in _NO_COMM_COUNTS:
+            out[k] = per_step(None, out.index, 0)
+        for k in _NO_COMM_NANS:
+            out[k] = per_step(None, out.index)
+    tail_columns(out, coll, rank, steps, passes)
+    out["comm_exposed_us"] = _exposed(steps_df, out["comm_tail_total_us"])
+    for k in _INT_COLUMNS:
         out[k] = out[k].astype(np.int64)
     return out.reset_index(drop=True)
 
 
-def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame) -> dict:
-    """Per step index: {pass: tail_us} for every backward pass that issued gradient all-reduces. A pass's tail is
-    the end of its last gradient all-reduce minus the end of its backward compute (GPU: the last non-communication
-    kernel launched by the pass's backward ops, i.e. before its last ``evaluate_function`` ended; CPU: the end of
-    its last backward op), clipped at 0."""
-    out: dict = {}
-    if not len(coll) or not len(passes) or "grad" not in coll:
-        return out
-    g = coll[coll["grad"] & (coll["step"] >= 0) & (coll["pass_"] >= 0)]
-    if not len(g):
-        return out
-    agg = g.assign(_end=g["ts_us"] + g["dur_us"], _k=g["kernel"].notna()).groupby(["step", "pass_"]).agg(
-        end=("_end", "max"), has_kernel=("_k", "any"))
-    ev = rank.events
-    gpu = len(steps.gpu_index) > 0
-    by_window = {}
-    if gpu:
-        kind = ev["kind"].to_numpy()
-        kr = np.flatnonzero((kind == int(Kind.KERNEL)) & ~_mask(ev, lambda s: "nccl" in s.lower() or "rccl" in s.lower()))
-        corr, win = ev["corr"].to_numpy(), ev["window"].to_numpy()
-        rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
-        m = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lts": ev["ts"].to_numpy()[rt]}).drop_duplicates(
-            ["window", "corr"]).merge(
-            pd.DataFrame({"window": win[kr], "corr": corr[kr],
-                          "kend": ev["ts"].to_numpy()[kr] + ev["dur"].to_numpy()[kr]}), on=["window", "corr"])
-        for w, mw in m.groupby("window"):
-            mw = mw.sort_values("lts")
-            by_window[int(w)] = (mw["lts"].to_numpy(), mw["kend"].to_numpy())
-    step_ids = steps.table["step"].to_numpy()
-    for si, pnum, start, bwd_end, w in zip(passes["step_index"].to_numpy(), passes["pass_"].to_numpy(),
-                                           passes["start"].to_numpy(), passes["bwd_end"].to_numpy(),
-                                           passes["window"].to_numpy()):
-        key = (step_ids[int(si)], int(pnum))
-        if key not in agg.index:
-            continue
-        comm_end, has_kernel = agg.loc[key, "end"], agg.loc[key, "has_kernel"]
-        if not np.isfinite(comm_end):
-            continue
-        if gpu:
-            if not has_kernel or int(w) not in by_window:
-                continue
-            lts, kend = by_window[int(w)]
-            i0, i1 = np.searchsorted(lts, start, "left"), np.searchsorted(lts, bwd_end, "right")
-            if i1 <= i0:
-                continue
-            compute_end = kend[i0:i1].max()
-        else:
-            compute_end = bwd_end
-        out.setdefault(int(si), {})[int(pnum)] = max(0.0, float(comm_end - compute_end))
-    return out
+def _sums(g: pd.DataFrame) -> pd.DataFrame:
+    """Per step: calls, bytes (NaN when a size is unknown), time, time in small messages, smallest size and
+    duration, group size."""
+    agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
+                                d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
+                                bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
+    agg.loc[agg["known"] < 1, "b"] = np.nan
+    return agg
+
+
+def _total_columns(out: pd.DataFrame, c: pd.DataFrame) -> None:
+    """Calls, bytes and time of all collectives and of the all-reduces, the share of the time spent in small
+    messages, and the all-reduces' bus bandwidth, per step into ``out`` (indexed by step id)."""
+    idx = out.index
+    allc = _sums(c)
+    out["comm_calls"] = per_step(allc["n"], idx, 0)
+    out["comm_bytes"] = per_step(allc["b"], idx, 0)
+    out["comm_time_us"] = per_step(allc["d"].fillna(0.0), idx, 0)
+    share = (allc["sd"] / allc["d"]).where((allc["known"] >= 1) & (allc["d"] > 0))
+    out["comm_small_time_share"] = per_step(share, idx)
+    ar = c[c["name"] == "allreduce"]
+    if not len(ar):
+        for k in ("allreduce_count", "allreduce_bytes", "allreduce_time_us"):
+            out[k] = per_step(None, idx, 0)
+        out["allreduce_busbw_gbps"] = per_step(None, idx)
+        return
+    a = _sums(ar)
+    out["allreduce_count"] = per_step(a["n"], idx, 0)
+    out["allreduce_bytes"] = per_step(a["b"], idx, 0)
+    out["allreduce_time_us"] = per_step(a["d"].fillna(0.0), idx, 0)
+    factor = pd.Series([busbw_factor("allreduce", g) for g in a["g"]], index=a.index)
+    bw = (a["b"] / (a["d"] * 1e-6) / 1e9 * factor).where((a["bmin"] > 0) & (a["dmin"] > 0))
+    out["allreduce_busbw_gbps"] = per_step(bw, idx)
+
+
+def _exposed(steps_df: pd.DataFrame, tail_total: pd.Series):
+    """Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
+    traces, the training thread's own time in collective calls plus the tails it waits out after each backward."""
+    if "bd_comm_exposed" in steps_df:
+        return steps_df["bd_comm_exposed"].to_numpy(dtype=float)
+    if "cpu_comm" in steps_df:
+        t = np.nan_to_num(tail_total.to_numpy(dtype=float))
+        return np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + t, steps_df["cpu_step_us"].to_numpy(dtype=float))
+    return np.nan
 
 
 # --------------------------------------------------------------------------------------------------------------
 
 
 def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
-    """Add ``ra.tables["collectives"]`` and the per-step communication columns to ``ra.steps``."""
+    """Add ``ra.tables["collectives"]``, ``ra.tables["backward_passes"]`` and the per-step communication columns
+    to ``ra.steps``."""
     passes = backward_passes(rank, steps)
     coll = collectives_table(rank, steps, passes)
-    table = coll.reindex(columns=COLUMNS) if len(coll) else pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    table = coll.reindex(columns=COLUMNS) if len(coll) else _empty_table()
     if len(coll):
-        table = table.copy()
-        table["bytes"] = table["bytes"].astype(np.int64)
-        table["nelems"] = table["nelems"].astype(np.int64)
-        table["group_size"] = table["group_size"].astype(np.int64)
-        table["seq"] = table["seq"].astype(np.int64)
-        table["step"] = table["step"].astype(np.int64)
+        for c in ("bytes", "nelems", "group_size", "seq", "step"):
+            table[c] = table[c].astype(np.int64)
         table["grad"] = table["grad"].astype(bool)
     ra.tables["collectives"] = table
     ra.tables["backward_passes"] = passes.assign(
         step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])
-    cols = step_columns(coll if len(coll) else table, ra.steps, rank, steps, passes, config)
+    cols = step_columns(coll, ra.steps, rank, steps, passes, config)
     for c in cols.columns:
         ra.steps[c] = cols[c].to_numpy()

@@ -1,5 +1,4 @@
-"""Which precision the matrix work of each step actually ran in, and the optimizer / AMP / GEMM-shape facts the
-precision rules need.
+"""Which precision the matrix work of each step actually ran in, and the GEMM shapes the precision rules need.
 
 ``extend_rank`` (called by ``analyze_rank``) adds to ``ra.tables``:
 
@@ -8,8 +7,6 @@ precision rules need.
   launched it most often, count and time over all steps;
 * ``gemm_shapes`` (only with ``record_shapes``): per step and GEMM op shape: M, N, K, batch, precision, whether
   all of M, N, K are multiples of 8, count and kernel time;
-* ``amp_ops``: per step, GradScaler ops (count, CPU time, kernels they launched and their GPU time);
-* ``optimizer``: per step, ``Optimizer.step#*`` and ``Optimizer.zero_grad#*`` calls and what ran inside them;
 
 and to ``ra.steps``: ``matmul_count``, ``matmul_us`` and ``matmul_<p>_us`` for every precision class ``p``,
 plus ``matmul_16bit_us`` (bf16 + fp16 + 16-bit kernels whose bf16/fp16 type could not be told apart).
@@ -19,7 +16,7 @@ The short version: the kernel's name first (it is what ran: a ``..._ffma_...`` k
 when its op asked for float math that TF32 could have served); the launching op's ``Input type`` (joined by
 External id, else by the CPU op that encloses the launch) fills in names that do not say, and separates bf16 from
 fp16 where a name says only "16-bit". Kernel time is the sum of kernel durations (kernels on several streams may
-overlap). Nothing here imports torch.
+overlap). The optimizer and GradScaler facts are optimizer.py's. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -39,19 +36,12 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
 FAMILIES = ("gemm", "conv", "attention")
 SIXTEEN = "16bit"  # internal: a 16-bit kernel whose name does not say bf16 or fp16
 
-GRADSCALER_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_",
-                  "aten::_amp_non_finite_check_and_unscale_")
-OPT_STEP_PREFIX = "Optimizer.step#"
-OPT_ZERO_PREFIX = "Optimizer.zero_grad#"
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::_scaled_mm", "aten::_int_mm", "aten::addbmm")
 
 MATMUL_COLUMNS = ["step", "precision", "family", "count", "total_us"]
 KERNEL_COLUMNS = ["name", "precision", "family", "source", "op", "op_dtype", "count", "total_us"]
 SHAPE_COLUMNS = ["step", "op", "precision", "batch", "m", "n", "k", "aligned8", "count", "total_us", "kernel"]
-AMP_COLUMNS = ["step", "name", "count", "cpu_us", "kernel_count", "gpu_us"]
-OPT_COLUMNS = ["step", "kind", "optimizer", "calls", "cpu_us", "ops", "foreach_ops", "fused_ops",
-               "single_tensor_ops", "zero_ops", "kernel_count", "multi_tensor_kernels", "gpu_us"]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -220,7 +210,9 @@ def gemm_shape(op: str, in_dims: str | None) -> tuple[int, int, int, int] | None
 # Joins: kernel -> launching runtime call -> the CPU op that issued it
 
 
-def _runtime_rows(ev: pd.DataFrame) -> pd.DataFrame:
+def launch_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """The runtime / driver calls that launched GPU work, one per (window, correlation): columns window, corr, rt
+    (the call's row)."""
     kind = ev["kind"].to_numpy()
     rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
     return pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
@@ -244,7 +236,7 @@ def launching_ops(ev: pd.DataFrame, krows: np.ndarray) -> np.ndarray:
         return out
     q = pd.DataFrame({"window": win[krows], "corr": ev["corr"].to_numpy()[krows],
                       "ext": ev["ext"].to_numpy()[krows], "pos": np.arange(len(krows))})
-    q = q.merge(_runtime_rows(ev), on=["window", "corr"], how="left")
+    q = q.merge(launch_calls(ev), on=["window", "corr"], how="left")
     has_rt = q["rt"].notna().to_numpy()
     rt = np.where(has_rt, q["rt"].fillna(-1).to_numpy(), -1).astype(np.int64)
     ops = pd.DataFrame({"window": win[cpu], "ext": ev["ext"].to_numpy()[cpu], "op": cpu, "odur": dur[cpu]})
@@ -281,75 +273,17 @@ def launching_ops(ev: pd.DataFrame, krows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _step_of(steps, rows_ts: np.ndarray) -> np.ndarray:
-    """Step index (into steps.table) whose CPU window holds each timestamp, or -1."""
-    st = steps.table
-    cs = st["cpu_start"].to_numpy()
-    ce = st["cpu_end"].to_numpy()
-    if not len(cs):
-        return np.full(len(rows_ts), -1, np.int64)
-    k = np.searchsorted(cs, rows_ts, side="right") - 1
-    ok = (k >= 0) & (rows_ts < ce[np.clip(k, 0, None)])
-    return np.where(ok, k, -1)
-
-
-_MULTI_TENSOR = re.compile(r"multi_tensor_apply|fusedoptimizer|multitensor|fused_adam|fused_sgd", re.I)
-
-
-def kernels_inside(ev: pd.DataFrame, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For CPU span rows (annotations / ops): number and summed GPU time of the kernels (and memsets) launched by
-    runtime calls that run inside each span on the span's thread, and how many of them are multi-tensor kernels
-    (``multi_tensor_apply``: one launch for a list of tensors, what foreach / fused optimizers launch)."""
-    n = len(spans)
-    cnt = np.zeros(n, np.int64)
-    gpu = np.zeros(n)
-    multi = np.zeros(n, np.int64)
-    if not n:
-        return cnt, gpu, multi
-    kind = ev["kind"].to_numpy()
-    ts, dur, tid, win, corr = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window", "corr"))
-    g = np.flatnonzero((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET)))
-    if not len(g):
-        return cnt, gpu, multi
-    cats = ev["name"].cat.categories
-    mlut = np.array([bool(_MULTI_TENSOR.search(str(c))) for c in cats] + [False])
-    rt = _runtime_rows(ev)
-    gdf = pd.DataFrame({"window": win[g], "corr": corr[g], "gdur": dur[g],
-                        "multi": mlut[ev["name"].cat.codes.to_numpy()[g]]}).merge(rt, on=["window", "corr"])
-    if not len(gdf):
-        return cnt, gpu, multi
-    r = gdf["rt"].to_numpy()
-    launch = pd.DataFrame({"t": tid[r], "w": win[r], "x": ts[r], "gdur": gdf["gdur"].to_numpy(),
-                           "multi": gdf["multi"].to_numpy()})
-    for (w, t), grp in launch.groupby(["w", "t"], sort=False):
-        mine = np.flatnonzero((win[spans] == w) & (tid[spans] == t))
-        if not len(mine):
-            continue
-        order = np.argsort(grp["x"].to_numpy(), kind="stable")
-        xs = grp["x"].to_numpy()[order]
-        cum = np.concatenate([[0.0], np.cumsum(grp["gdur"].to_numpy()[order])])
-        cm = np.concatenate([[0], np.cumsum(grp["multi"].to_numpy()[order])])
-        a = np.searchsorted(xs, ts[spans[mine]], side="left")
-        b = np.searchsorted(xs, ts[spans[mine]] + dur[spans[mine]], side="right")
-        cnt[mine] = b - a
-        gpu[mine] = cum[b] - cum[a]
-        multi[mine] = cm[b] - cm[a]
-    return cnt, gpu, multi
-
-
 # --------------------------------------------------------------------------------------------------------------
 # extend_rank
 
 
 def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
-    ev = rank.events
+    """Add ``ra.tables["matmul"]``, ``["matmul_kernels"]``, ``["gemm_shapes"]`` and the ``matmul_*`` step columns."""
     kt = _matrix_kernels(rank, steps)
     ra.tables["matmul"] = _matmul_table(kt)
     ra.tables["matmul_kernels"] = _kernel_table(kt)
     ra.tables["gemm_shapes"] = _shape_table(kt)
     _step_columns(ra, kt)
-    ra.tables["amp_ops"] = _amp_table(ev, steps)
-    ra.tables["optimizer"] = _optimizer_table(ev, steps)
 
 
 def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
@@ -394,11 +328,6 @@ def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
 
 
 @lru_cache(maxsize=65536)
-def _op_dtype_cached(in_types):
-    return op_dtype(in_types)
-
-
-@lru_cache(maxsize=65536)
 def _gemm_shape_cached(op, in_dims):
     return gemm_shape(op, in_dims)
 
@@ -413,7 +342,7 @@ def _join_ops(ev: pd.DataFrame, rows: np.ndarray, kt: pd.DataFrame) -> None:
     types = ev["in_types"].to_numpy()[o]
     dims = ev["in_dims"].to_numpy()[o]
     kt.loc[has, "op"] = names
-    kt.loc[has, "op_dtype"] = [_op_dtype_cached(t) for t in types]
+    kt.loc[has, "op_dtype"] = [op_dtype(t) for t in types]
     shapes = [_gemm_shape_cached(n, d) if n in GEMM_OPS else None for n, d in zip(names, dims)]
     arr = np.array([s if s is not None else (-1, -1, -1, -1) for s in shapes], np.int64).reshape(-1, 4)
     for j, c in enumerate(("batch", "m", "n", "k")):
@@ -510,80 +439,3 @@ def _step_columns(ra, kt: pd.DataFrame) -> None:
     sixteen = by.get(SIXTEEN, zero)
     ra.steps["matmul_us"] = total + sixteen
     ra.steps["matmul_16bit_us"] = by.get("bf16", zero) + by.get("fp16", zero) + sixteen
-
-
-def _amp_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
-    kind = ev["kind"].to_numpy()
-    cats = ev["name"].cat.categories
-    want = [i for i, c in enumerate(cats) if str(c) in GRADSCALER_OPS]
-    if not want:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in AMP_COLUMNS})
-    rows = np.flatnonzero((kind == int(Kind.CPU_OP)) & np.isin(ev["name"].cat.codes.to_numpy(), want))
-    k = _step_of(steps, ev["ts"].to_numpy()[rows])
-    rows, k = rows[k >= 0], k[k >= 0]
-    cnt, gpu, _ = kernels_inside(ev, rows)
-    df = pd.DataFrame({"step": steps.table["step"].to_numpy()[k], "name": name_strings(ev, rows),
-                       "cpu_us": ev["dur"].to_numpy()[rows], "kernel_count": cnt, "gpu_us": gpu})
-    g = df.groupby(["step", "name"], sort=True).agg(count=("cpu_us", "size"), cpu_us=("cpu_us", "sum"),
-                                                     kernel_count=("kernel_count", "sum"), gpu_us=("gpu_us", "sum"))
-    return g.reset_index()[AMP_COLUMNS]
-
-
-def _optimizer_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
-    """Optimizer.step / zero_grad annotations per step, with the CPU ops that ran inside them on their thread."""
-    kind = ev["kind"].to_numpy()
-    cats = [str(c) for c in ev["name"].cat.categories]
-    codes = ev["name"].cat.codes.to_numpy()
-    is_span = (kind == int(Kind.USER_ANNOTATION)) | (kind == int(Kind.CPU_OP))
-    step_codes = [i for i, c in enumerate(cats) if c.startswith(OPT_STEP_PREFIX)]
-    zero_codes = [i for i, c in enumerate(cats) if c.startswith(OPT_ZERO_PREFIX)]
-    spans = np.flatnonzero(is_span & np.isin(codes, step_codes + zero_codes))
-    if not len(spans):
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in OPT_COLUMNS})
-    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
-    k = _step_of(steps, ts[spans])
-    spans, k = spans[k >= 0], k[k >= 0]
-    if not len(spans):
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in OPT_COLUMNS})
-    # Per op name, once: which kind of optimizer op it is.
-    flags = {
-        "ops": np.ones(len(cats) + 1, bool),
-        "foreach_ops": np.array([c.startswith("aten::_foreach_") and c != "aten::_foreach_zero_" for c in cats] + [False]),
-        "fused_ops": np.array([c.startswith("aten::_fused_") for c in cats] + [False]),
-        "single_tensor_ops": np.array(["_single_tensor_" in c for c in cats] + [False]),
-        # zero_grad(set_to_none=False) zeroes each grad with zero_ (fill_ runs inside it) or one _foreach_zero_.
-        "zero_ops": np.array([c in ("aten::zero_", "aten::_foreach_zero_") for c in cats] + [False]),
-        "fill_ops": np.array([c == "aten::fill_" for c in cats] + [False]),
-    }
-    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
-    counts = {f: np.zeros(len(spans), np.int64) for f in flags}
-    span_df = pd.DataFrame({"w": win[spans], "t": tid[spans], "j": np.arange(len(spans))})
-    cpu_df = pd.DataFrame({"w": win[cpu], "t": tid[cpu], "r": cpu})
-    groups = {key: g["r"].to_numpy() for key, g in cpu_df.groupby(["w", "t"], sort=False)}
-    for key, g in span_df.groupby(["w", "t"], sort=False):
-        rows = groups.get(key)
-        if rows is None:
-            continue
-        rows = rows[np.argsort(ts[rows], kind="stable")]
-        t = ts[rows]
-        j = g["j"].to_numpy()
-        a = np.searchsorted(t, ts[spans[j]], side="left")
-        b = np.searchsorted(t, ts[spans[j]] + dur[spans[j]], side="right")
-        c = codes[rows]
-        for f, lut in flags.items():
-            cum = np.concatenate([[0], np.cumsum(lut[c])])
-            counts[f][j] = cum[b] - cum[a]
-    # A span that is itself a CPU op counts itself among the ops inside; take it out.
-    counts["ops"] -= (kind[spans] == int(Kind.CPU_OP)).astype(np.int64)
-    counts["zero_ops"] = np.where(counts["zero_ops"] > 0, counts["zero_ops"], counts.pop("fill_ops"))
-    cnt, gpu, multi = kernels_inside(ev, spans)
-    names = [cats[c] for c in codes[spans]]
-    df = pd.DataFrame({
-        "step": steps.table["step"].to_numpy()[k].astype(np.int64),
-        "kind": ["step" if n.startswith(OPT_STEP_PREFIX) else "zero_grad" for n in names],
-        "optimizer": [n.split("#", 1)[1].rsplit(".", 1)[0] for n in names],
-        "calls": 1, "cpu_us": dur[spans], **counts, "kernel_count": cnt, "multi_tensor_kernels": multi,
-        "gpu_us": gpu,
-    })
-    g = df.groupby(["step", "kind", "optimizer"], sort=True).sum(numeric_only=True).reset_index()
-    return g[OPT_COLUMNS]
