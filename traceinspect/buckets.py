@@ -258,26 +258,34 @@ def _comm_tails(coll: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame
     gpu = len(steps.gpu_index) > 0
     by_window = _compute_launches(rank.events) if gpu else {}
     step_ids = steps.table["step"].to_numpy()
-    for si, pnum, start, bwd_end, w in zip(passes["step_index"].to_numpy(), passes["pass_"].to_numpy(),
-                                           passes["start"].to_numpy(), passes["bwd_end"].to_numpy(),
-                                           passes["window"].to_numpy()):
-        key = (step_ids[int(si)], int(pnum))
-        if key not in agg.index:
-            continue
-        comm_end, has_kernel = agg.loc[key, "end"], agg.loc[key, "has_kernel"]
-        if not np.isfinite(comm_end):
-            continue
-        if gpu:
-            if not has_kernel or int(w) not in by_window:
-                continue
+    p = pd.DataFrame({"si": passes["step_index"].to_numpy().astype(int), "pass_": passes["pass_"].to_numpy().astype(int),
+                      "start": passes["start"].to_numpy(), "bwd_end": passes["bwd_end"].to_numpy(),
+                      "window": passes["window"].to_numpy().astype(int)})
+    p["step"] = step_ids[p["si"].to_numpy()]
+    m = p.merge(agg.reset_index(), on=["step", "pass_"], how="inner")
+    m = m[np.isfinite(m["end"].to_numpy(dtype=float))]
+    if gpu:
+        m = m[m["has_kernel"].astype(bool) & m["window"].isin(list(by_window))]
+        compute_end = np.full(len(m), np.nan)
+        for w in m["window"].unique():
+            sel = np.flatnonzero(m["window"].to_numpy() == w)
             lts, kend = by_window[int(w)]
-            i0, i1 = np.searchsorted(lts, start, "left"), np.searchsorted(lts, bwd_end, "right")
-            if i1 <= i0:
+            i0 = np.searchsorted(lts, m["start"].to_numpy()[sel], "left")
+            i1 = np.searchsorted(lts, m["bwd_end"].to_numpy()[sel], "right")
+            ok = i1 > i0
+            if not ok.any():
                 continue
-            compute_end = kend[i0:i1].max()
-        else:
-            compute_end = bwd_end
-        out.setdefault(int(si), {})[int(pnum)] = max(0.0, float(comm_end - compute_end))
+            # Max of kend over each [i0, i1): reduceat on the interleaved bounds (a -inf sentinel closes the end).
+            padded = np.append(kend, -np.inf)
+            bounds = np.column_stack([i0[ok], i1[ok]]).ravel()
+            compute_end[sel[ok]] = np.maximum.reduceat(padded, bounds)[::2]
+        keep = ~np.isnan(compute_end)
+        m, compute_end = m[keep], compute_end[keep]
+    else:
+        compute_end = m["bwd_end"].to_numpy()
+    tails = np.maximum(0.0, m["end"].to_numpy(dtype=float) - compute_end)
+    for si, pnum, tail in zip(m["si"].to_numpy(), m["pass_"].to_numpy(), tails):
+        out.setdefault(int(si), {})[int(pnum)] = float(tail)
     return out
 
 

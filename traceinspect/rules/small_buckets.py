@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 from ..findings import Finding
 
@@ -109,16 +108,18 @@ def _rank_evidence(ra, config) -> dict | None:
         # small buckets per round, counted here with this config's threshold (the table holds every bucket)
         small_counts, small_time = [], []
         if coll is not None and len(coll) and "grad" in coll:
-            for st in rows["step"]:
-                g = coll[(coll["step"] == st) & coll["grad"]]
-                if not len(g):
-                    continue
-                last = g[g["round"] == g["round"].max()]
-                small_counts.append(int((last["bytes"] < small_bytes).sum()))
-                c = coll[coll["step"] == st]
-                tot = c["dur_us"].sum(min_count=1)
-                if pd.notna(tot) and tot > 0 and (c["bytes"] >= 0).all():
-                    small_time.append(float(c.loc[c["bytes"] < small_bytes, "dur_us"].sum() / tot))
+            # One grouped pass over the table (a per-step loop is quadratic on long traces).
+            in_rows = coll[coll["step"].isin(rows["step"])]
+            grad = in_rows[in_rows["grad"].astype(bool)]
+            if len(grad):
+                last = grad[grad["round"] == grad.groupby("step")["round"].transform("max")]
+                small_counts = (last["bytes"] < small_bytes).groupby(last["step"]).sum().astype(int).tolist()
+                c = in_rows[in_rows["step"].isin(grad["step"].unique())]
+                tot = c.groupby("step")["dur_us"].sum(min_count=1)
+                known_all = (c["bytes"] >= 0).groupby(c["step"]).all()
+                small_t = c["dur_us"].where(c["bytes"] < small_bytes, 0.0).groupby(c["step"]).sum()
+                ok = tot.notna() & (tot > 0) & known_all
+                small_time = (small_t[ok] / tot[ok]).astype(float).tolist()
         small = int(np.median(small_counts)) if small_counts else 0
         ev.update(
             bucket_min_bytes=float(np.median(rows["bucket_min_bytes"])),
