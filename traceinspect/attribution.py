@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .config import Config, DEFAULT
-from .intervals import build_timeline, union_length
+from .intervals import build_timeline
 from .steps import Steps
 from .trace import Kind, RankTrace
 
@@ -213,9 +213,11 @@ def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
     sync_rows = sync_call_rows(ev, gidx)
     cs = out["cpu_start_us"].to_numpy()
     ce = out["cpu_end_us"].to_numpy()
-    out["dataloader_us"] = [union_length(ts[dl], end[dl], x, y) for x, y in zip(cs, ce)]
-    out["sync_us"] = [union_length(ts[sync_rows], end[sync_rows], x, y) for x, y in zip(cs, ce)]
-    out["sync_count"] = [int(((ts[sync_rows] >= x) & (ts[sync_rows] < y)).sum()) for x, y in zip(cs, ce)]
+    # Unions per step window from one sweep each (a per-step scan would be quadratic on long traces).
+    out["dataloader_us"] = build_timeline(ts[dl], end[dl], np.zeros(len(dl), int), 1).union_in(cs, ce)[0]
+    out["sync_us"] = build_timeline(ts[sync_rows], end[sync_rows], np.zeros(len(sync_rows), int), 1).union_in(cs, ce)[0]
+    st = np.sort(ts[sync_rows])
+    out["sync_count"] = np.searchsorted(st, ce, "left") - np.searchsorted(st, cs, "left")
     out["cpu_step_us"] = ce - cs
     if len(gidx):
         _idle_causes(out, ts, end, gidx, dl, sync_rows)

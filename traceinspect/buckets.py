@@ -55,25 +55,29 @@ def backward_passes(rank: RankTrace, steps) -> pd.DataFrame:
         return pd.DataFrame(columns=PASS_COLUMNS)
     order = np.lexsort((ts[b], k))
     b, k = b[order], k[order]
+    # Markers sorted once per window; each step takes its slice by binary search (no per-step scans).
+    markers = {int(w): np.sort(markers_ts[markers_win == w]) for w in np.unique(sw)}
+    steps_here, first = np.unique(k, return_index=True)
+    last = np.append(first[1:], len(k))
     rows = []
-    for si in np.unique(k):
-        sel = b[k == si]
+    for si, lo, hi in zip(steps_here, first, last):
+        sel = b[lo:hi]
         s_ts, s_end = ts[sel], end[sel]
         w = int(sw[si])
-        mts = np.sort(markers_ts[markers_win == w])
-        mts = mts[(mts >= cs[si]) & (mts < ce[si])]
+        wm = markers.get(w, np.empty(0))
+        mts = wm[np.searchsorted(wm, cs[si], "left"):np.searchsorted(wm, ce[si], "left")]
         runmax = np.maximum.accumulate(s_end)
         # A new pass starts at op i when a marker starts between everything before it and op i.
         n_before = np.searchsorted(mts, s_ts, side="left")
         n_after_prev = np.searchsorted(mts, np.concatenate([[-np.inf], runmax[:-1]]), side="right")
         new = np.ones(len(sel), bool)
         new[1:] = n_before[1:] > n_after_prev[1:]
-        pid = np.cumsum(new) - 1
-        for p in range(int(pid[-1]) + 1):
-            m = pid == p
-            start, bwd_end = float(s_ts[m].min()), float(s_end[m].max())
-            nxt = mts[mts >= bwd_end]
-            pend = float(nxt[0]) if len(nxt) else float(ce[si])
+        bounds = np.flatnonzero(new).tolist() + [len(sel)]
+        for p in range(len(bounds) - 1):
+            a, z = bounds[p], bounds[p + 1]  # ops of a pass are contiguous in time order
+            start, bwd_end = float(s_ts[a:z].min()), float(s_end[a:z].max())
+            j = np.searchsorted(mts, bwd_end, "left")
+            pend = float(mts[j]) if j < len(mts) else float(ce[si])
             rows.append((int(si), p, start, bwd_end, max(pend, bwd_end), w))
     return pd.DataFrame(rows, columns=PASS_COLUMNS)
 

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from .intervals import union_length
 
 # Per-step numbers compared between the late rank and the others to name the cause (column, label). Only work
 # a rank does before it can arrive; waiting shows up on the *other* ranks, so the late rank's excess is the cause.
@@ -51,20 +52,7 @@ def _f(x) -> float | None:
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    keep = ends > starts
-    if not keep.any():
-        return 0.0
-    s, e = starts[keep], ends[keep]
-    o = np.argsort(s)
-    s, e = s[o], e[o]
-    total, cur_s, cur_e = 0.0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
-        if a > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    return float(total + cur_e - cur_s)
+    return union_length(starts, ends, -np.inf, np.inf)
 
 
 def _all_collectives(ranks) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import html
 import json
 import math
 
-from .text import CPU_COLUMNS, GPU_COLUMNS, _ranges, mb, ms, pct, verdict
+from .text import CPU_COLUMNS, GPU_COLUMNS, ranges_text, mb, ms, pct, verdict
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
 
@@ -152,15 +152,15 @@ def _evidence(ev: dict) -> str:
 
 def _steps_cell(v) -> str:
     if isinstance(v, list) and all(isinstance(x, int) for x in v):
-        return esc(_ranges(v)) if v else "-"
+        return esc(ranges_text(v)) if v else "-"
     return _value("steps", v)
 
 
 def _finding(f: dict) -> str:
     sev = f.get("severity", "info")
     at = f.get("time_at_stake_us")
-    meta = [f"ranks {esc(_ranges(f['ranks']) if f.get('ranks') else '-')}",
-            f"steps {esc(_ranges(f['steps']) if f.get('steps') else '-')}"]
+    meta = [f"ranks {esc(ranges_text(f['ranks']) if f.get('ranks') else '-')}",
+            f"steps {esc(ranges_text(f['steps']) if f.get('steps') else '-')}"]
     if at:
         meta.append(f"at stake about {at / 1000:.2f} ms per step")
     if f.get("docs"):
@@ -279,7 +279,7 @@ def render_html(d: dict, rep=None) -> str:
         parts.append("<p class=note>* a whole trace window without ProfilerStep annotations, taken as one step.</p>")
     if d.get("missing_ranks"):
         parts.append(f"<p id=missing-ranks><strong>Missing ranks</strong> (no usable trace file): "
-                     f"{esc(_ranges(d['missing_ranks']))}</p>")
+                     f"{esc(ranges_text(d['missing_ranks']))}</p>")
     parts.append("</section>")
     if d.get("skipped"):
         items = "".join(f"<li><code>{esc(s['file'])}</code>: {esc(s['reason'])}</li>" for s in d["skipped"])

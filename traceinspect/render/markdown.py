@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .text import CPU_COLUMNS, GPU_COLUMNS, mb, ms, pct, verdict
+from .text import CPU_COLUMNS, GPU_COLUMNS, ranges_text, mb, ms, pct, verdict
 
 
 def render_markdown(d: dict) -> str:
@@ -20,7 +20,7 @@ def render_markdown(d: dict) -> str:
         out.append(f"### `{f['id']}` ({f['severity']}): {f['title']}")
         out.append("")
         out.append(
-            f"Ranks {', '.join(map(str, f['ranks']))}; steps {', '.join(map(str, f['steps']))}"
+            f"Ranks {ranges_text(f['ranks'])}; steps {ranges_text(f['steps'])}"
             + (f"; at stake about {at / 1000:.2f} ms per step." if at else ".")
         )
         out.append("")

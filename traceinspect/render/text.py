@@ -83,6 +83,17 @@ def verdict(d: dict) -> str:
     return line
 
 
+MAX_STEP_ROWS = 12
+
+
+def shown_steps(steps: list[dict]) -> list[dict]:
+    """Long runs show their slowest steps (in step order); the JSON report has them all."""
+    if len(steps) <= MAX_STEP_ROWS:
+        return steps
+    slowest = sorted(steps, key=lambda s: -(s["wall_us"] or 0))[:MAX_STEP_ROWS]
+    return sorted(slowest, key=lambda s: s["step"])
+
+
 def _step_table(r: dict) -> Table:
     gpu = r["basis"] == "gpu"
     cols = GPU_COLUMNS if gpu else CPU_COLUMNS
@@ -97,7 +108,7 @@ def _step_table(r: dict) -> Table:
     t.add_column("load ms", justify="right")
     if any("allreduce_count" in s for s in r["steps"]):
         t.add_column("AR n/MB", justify="right")
-    for s in r["steps"]:
+    for s in shown_steps(r["steps"]):
         wall = s["wall_us"]
         row = [str(s["step"]) + ("*" if s.get("synthetic") else ""), ms(wall)]
         row += [pct(s["breakdown_us"].get(k), wall) for k, _ in cols]
@@ -131,7 +142,7 @@ def _evidence_lines(ev: dict, limit: int = 8) -> list[str]:
     return lines
 
 
-def _ranges(xs: list[int]) -> str:
+def ranges_text(xs: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out, start, prev = [], None, None
     for x in sorted(xs) + [None]:
@@ -158,6 +169,11 @@ def render(d: dict, console: Console) -> None:
         basis = "GPU timeline, exposed % of step" if r["basis"] == "gpu" else "training thread, % of step"
         console.print(Text(f"Rank {r['rank']} · {dev} · {len(r['steps'])} steps · {basis}", style="bold"))
         console.print(_step_table(r))
+        if len(r["steps"]) > MAX_STEP_ROWS:
+            s = r["summary"]
+            console.print(Text(f"{len(r['steps'])} steps, the {MAX_STEP_ROWS} slowest shown (all in --json); step wall "
+                               f"mean {ms(s['mean_wall_us'])} ms, min {ms(s['min_wall_us'])}, max {ms(s['max_wall_us'])}",
+                               style="dim"))
         util = (r.get("utilization") or {}).get("summary")
         if util and util.get("text"):
             console.print(Text(util["text"], style="dim"))
@@ -172,7 +188,7 @@ def render(d: dict, console: Console) -> None:
             console.print(head)
             at = f.get("time_at_stake_us")
             console.print(
-                f"  ranks {','.join(map(str, f['ranks']))} · steps {','.join(map(str, f['steps']))}"
+                f"  ranks {ranges_text(f['ranks'])} · steps {ranges_text(f['steps'])}"
                 + (f" · at stake ~{at / 1000:.2f} ms/step" if at else "")
             )
             for line in _evidence_lines(f.get("evidence") or {}):
@@ -184,7 +200,7 @@ def render(d: dict, console: Console) -> None:
         console.print(Text("No problems found.", style="bold green"))
     if d.get("missing_ranks"):
         console.print()
-        console.print(Text(f"Missing ranks (no usable trace file): {_ranges(d['missing_ranks'])}", style="bold"))
+        console.print(Text(f"Missing ranks (no usable trace file): {ranges_text(d['missing_ranks'])}", style="bold"))
     if d.get("errors"):
         for e in d["errors"]:
             console.print(Text(f"analysis error: {e}", style="red"))
