@@ -3,8 +3,8 @@
 
 One command (from the repository root)::
 
-    /work/venv/bin/python benchmarks/run.py       # --sizes 200,1000 --ranks 8x50: ~10 min here
-    /work/venv/bin/python benchmarks/run.py --sizes 200,1000 --ranks 8x200   # + ~7 min
+    .venv/bin/python benchmarks/run.py       # --sizes 200,1000 --ranks 8x50: ~10 min here
+    .venv/bin/python benchmarks/run.py --sizes 200,1000 --ranks 8x200   # + ~7 min
 
 For every input it runs, each in its own process and with its peak memory measured:
 
@@ -130,17 +130,35 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
+def _pss_bytes(pid: int) -> int | None:
+    """Proportional set size: shared pages split among the processes sharing them (None if unavailable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def tree_rss_bytes(root: int) -> int:
-    """Sum of the resident set of ``root`` and all its descendants, from /proc."""
+    """Memory of ``root`` and all its descendants, from /proc: the sum of their PSS, so pages that forked workers
+    share copy-on-write with their parent count once (a sum of RSS would count them in every process); RSS where
+    the kernel gives no PSS."""
     kids = _children_map()
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as fh:
-                total += int(fh.read().split()[1]) * PAGE
-        except OSError:
-            pass
+        pss = _pss_bytes(pid)
+        if pss is not None:
+            total += pss
+        else:
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as fh:
+                    total += int(fh.read().split()[1]) * PAGE
+            except OSError:
+                pass
         todo += kids.get(pid, [])
     return total
 
@@ -384,7 +402,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def table(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and cells: one line per (input, tool), ratios against HTA and the floor of the same input."""
-    head = ["input", "JSON MB", "events", "ranks", "tool", "wall s", "CPU s", "peak RSS MB",
+    head = ["input", "JSON MB", "events", "ranks", "tool", "wall s", "CPU s", "peak MB (PSS)",
             "time / HTA", "CPU / HTA", "memory / HTA", "time / floor", "others' load"]
     cells = []
     by_input = {i.label: i for i in inputs}
@@ -455,7 +473,7 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
         "`CPU / HTA` compares CPU seconds (all processes of the tool), which a busy machine distorts less. "
         "`ti` = `traceinspect report DIR --json OUT --no-cache`; `ti cold` = first run with the cache "
         "enabled (decodes and writes it); `ti warm` = the re-report from the cache. "
-        "Peak RSS is the largest sum over the process tree (workers included). `others' load` is the number of "
+        "Peak memory is the largest sum of PSS over the process tree (workers included; pages shared copy-on-write count once), never below the largest single process's ru_maxrss. `others' load` is the number of "
         "cores that other processes on the machine used on average during the run (from /proc/stat): with 2 "
         "cores, anything above ~0.2 inflates wall times. See benchmarks/README.md.",
         "",
@@ -474,13 +492,21 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
             md.append(f"- HTA phases on {r.input}: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
     md.append("")
     for inp in inputs:
-        md.append(f"- {inp.label}: `{inp.dir}`, {inp.ranks} rank file(s), factor {inp.factor}, "
+        md.append(f"- {inp.label}: `{_rel(inp.dir)}`, {inp.ranks} rank file(s), factor {inp.factor}, "
                   f"{inp.steps_per_rank} ProfilerSteps per rank, {inp.disk_mb:,.0f} MB on disk")
     path_md.parent.mkdir(parents=True, exist_ok=True)
     path_md.write_text("\n".join(md) + "\n")
     path_md.with_suffix(".json").write_text(json.dumps(
         {**meta, "inputs": [asdict(i) for i in inputs], "rows": [asdict(r) for r in rows]}, indent=1, default=str))
     log(f"wrote {path_md} and {path_md.with_suffix('.json')}")
+
+
+def _rel(p) -> str:
+    """A path relative to the repository when it is inside it (results are committed)."""
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,6 @@ print one line on stderr, never a traceback.
 
 from __future__ import annotations
 
-import json
 
 import sys
 from pathlib import Path
@@ -98,7 +97,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
     if json_path:
-        text = json.dumps(d, indent=1)
+        text = dumps(d)
         if json_path == "-":
             click.echo(text)
         else:
@@ -126,6 +125,13 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
 
         if any(severity_rank(f["severity"]) >= severity_rank(fail_on) for f in d["findings"]):
             raise SystemExit(EXIT_FINDING)
+
+
+def dumps(d: dict) -> str:
+    """The JSON report as indented text (msgspec: a large report encodes in a fraction of the stdlib's time)."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(d), indent=1).decode()
 
 
 def _report_key(path: str, config):
@@ -169,7 +175,7 @@ def _write_out_dir(out_dir: str, d: dict, rep) -> None:
     from .render.markdown import render_markdown
 
     out = Path(out_dir)
-    _write(str(out / "report.json"), json.dumps(d, indent=1))
+    _write(str(out / "report.json"), dumps(d))
     _write(str(out / "report.md"), render_markdown(d))
     try:
         from .render.plots import write_plots
