@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _zlib = zlib
 
 READ_BYTES = 8 << 20  # compressed / raw bytes read per I/O call
-PIECE_BYTES = 24 << 20  # decoded JSON per piece handed to a decoder
+PIECE_BYTES = 8 << 20  # decoded JSON per piece handed to a decoder (small pieces keep workers small)
 
 _INT_MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
@@ -484,20 +484,17 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
     return {"header": layout.header, "trailer": trailer, "ranges": ranges, "bytes": size}
 
 
-_MAPS: dict = {}
-
-
 def decode_range(path: str, start: int, end: int) -> dict:
-    """Decode the events in bytes [start, end) of a plain file (run in a worker process)."""
-    import mmap
+    """Decode the events in bytes [start, end) of a plain file (run in a worker process).
 
-    mm = _MAPS.get(path)
-    if mm is None:
-        with open(path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        _MAPS.clear()  # one file at a time per worker: keep address space small
-        _MAPS[path] = mm
-    piece = mm[start:end]
+    ``pread`` into a private buffer rather than a memory map: mapped file pages would stay resident in the worker
+    and count against its memory for the whole file it walks through.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        piece = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
     if not piece.strip():
         return columns_from_events([])
     return decode_piece(piece)

@@ -37,16 +37,20 @@ class FileResult:
 
 
 def _concat_pieces(pieces: list[dict]) -> dict:
-    """Merge per-piece columns, unifying each piece's string table into one categorical."""
+    """Merge per-piece columns, unifying each piece's string table into one categorical.
+
+    Column by column, dropping each piece's copy as soon as it is merged: the peak is one file's columns plus one
+    column, not two copies of everything.
+    """
     out: dict = {}
     n = sum(p["n"] for p in pieces)
     for col in NUM_COLS:
-        out[col] = np.concatenate([p[col] for p in pieces]) if pieces else np.empty(0)
+        out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
     for col in STR_COLS:
         table: dict = {}
         parts = []
         for p in pieces:
-            codes, strings = p[col]
+            codes, strings = p.pop(col)
             remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
             parts.append(remap[codes])  # code -1 picks the trailing -1
         codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
