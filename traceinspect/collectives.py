@@ -303,8 +303,8 @@ def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
     out_nel = ev["out_nelems"].to_numpy()
     gsize = ev["group_size"].to_numpy()
     seqc = ev["seq"].to_numpy()
-    dtype_col = ev["dtype"].to_numpy()
-    pg_col = ev["pg"].to_numpy()
+    dtype_col = CategoryView(ev["dtype"])
+    pg_col = CategoryView(ev["pg"])
     in_dims = ev["in_dims"].to_numpy()
     in_types = ev["in_types"].to_numpy()
     dur = ev["dur"].to_numpy()
@@ -372,8 +372,8 @@ def _claim_kernels(ev: pd.DataFrame, issues: pd.DataFrame, recs: list[dict], lro
     in_nel = ev["in_nelems"].to_numpy()
     out_nel = ev["out_nelems"].to_numpy()
     gsize = ev["group_size"].to_numpy()
-    dtype_col = ev["dtype"].to_numpy()
-    pg_col = ev["pg"].to_numpy()
+    dtype_col = CategoryView(ev["dtype"])
+    pg_col = CategoryView(ev["pg"])
     for rec in recs:
         if rec["krow"] < 0:
             continue
@@ -450,8 +450,8 @@ def _unclaimed_kernel_rows(ev: pd.DataFrame, kernels: list[int], lrows: np.ndarr
     out_nel = ev["out_nelems"].to_numpy()
     gsize = ev["group_size"].to_numpy()
     seqc = ev["seq"].to_numpy()
-    dtype_col = ev["dtype"].to_numpy()
-    pg_col = ev["pg"].to_numpy()
+    dtype_col = CategoryView(ev["dtype"])
+    pg_col = CategoryView(ev["pg"])
     kts = ev["ts"].to_numpy()
     kdur = ev["dur"].to_numpy()
     win = ev["window"].to_numpy()
