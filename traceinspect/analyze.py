@@ -15,6 +15,7 @@ import pandas as pd
 from .attribution import GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, sync_call_rows
 from .config import Config, DEFAULT
 from .findings import Finding, severity_rank
+from .links import enclosing_ops, launch_calls
 from .steps import find_steps
 from .timeline import step_timeline
 from .trace import Kind, RankTrace, Skipped, Trace
@@ -248,11 +249,9 @@ def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
             "corr": ev["corr"].to_numpy()[rows],
         }
     )
-    kind_all = ev["kind"].to_numpy()
-    rt = np.flatnonzero((kind_all == int(Kind.RUNTIME)) | (kind_all == int(Kind.DRIVER)))
-    rtdf = pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt], "row": rt,
-                         "runtime_us": ev["dur"].to_numpy()[rt]}).drop_duplicates(["window", "corr"])
-    copies = copies.merge(rtdf, on=["window", "corr"], how="left")
+    calls = launch_calls(ev).rename(columns={"rt": "row"})
+    calls["runtime_us"] = ev["dur"].to_numpy()[calls["row"].to_numpy()]
+    copies = copies.merge(calls, on=["window", "corr"], how="left")
     has = copies["row"].notna().to_numpy()
     copies["op"] = None
     copies.loc[has, "op"] = issuing_ops(ev, copies.loc[has, "row"].to_numpy().astype(np.int64))
@@ -261,44 +260,11 @@ def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
 
 
 def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """For runtime-call rows: the name of the CPU op that made the call, or None.
-
-    First by External id (the innermost op carrying the call's id); where the trace's ids do not link (older
-    Kineto wrote the correlation there), by time: the innermost op on the same thread that encloses the call.
-    Works on integer name codes; strings are made only for the answers.
-    """
+    """For runtime-call rows: the name of the CPU op that made the call, or None (see ``links.enclosing_ops``)."""
+    ops = enclosing_ops(ev, rows)
     out = np.full(len(rows), None, dtype=object)
-    if not len(rows):
-        return out
-    kind = ev["kind"].to_numpy()
-    codes = ev["name"].cat.codes.to_numpy()
-    cats = ev["name"].cat.categories
-    cpu = np.flatnonzero((kind == int(Kind.CPU_OP)) & (ev["ext"].to_numpy() >= 0))
-    ops = pd.DataFrame({"window": ev["window"].to_numpy()[cpu], "ext": ev["ext"].to_numpy()[cpu],
-                        "code": codes[cpu], "odur": ev["dur"].to_numpy()[cpu]})
-    ops = ops.sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
-    q = pd.DataFrame({"window": ev["window"].to_numpy()[rows], "ext": ev["ext"].to_numpy()[rows], "pos": np.arange(len(rows))})
-    m = q.merge(ops, on=["window", "ext"], how="inner")
-    if len(m):
-        out[m["pos"].to_numpy()] = np.asarray(cats, dtype=object)[m["code"].to_numpy()]
-    todo = np.flatnonzero(pd.isna(out))
-    cpu_all = np.flatnonzero(kind == int(Kind.CPU_OP))
-    if len(todo) and len(cpu_all):
-        ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
-        for (w, t), grp in pd.DataFrame({"w": win[rows[todo]], "t": tid[rows[todo]], "i": todo}).groupby(["w", "t"]):
-            cand = cpu_all[(win[cpu_all] == w) & (tid[cpu_all] == t)]
-            if not len(cand):
-                continue
-            cand = cand[np.argsort(ts[cand], kind="stable")]
-            starts, ends = ts[cand], ts[cand] + dur[cand]
-            for i in grp["i"].to_numpy():
-                x = ts[rows[i]]
-                j = int(np.searchsorted(starts, x, side="right")) - 1
-                # Walk back to the nearest op that still encloses the call (ops on a thread nest properly).
-                for k in range(j, max(j - 256, -1), -1):
-                    if ends[k] >= x:
-                        out[i] = str(cats[codes[cand[k]]])
-                        break
+    found = ops >= 0
+    out[found] = name_strings(ev, ops[found])
     return out
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import name_strings
-from .precision import launch_calls
+from .links import launch_calls
 from .trace import Kind, RankTrace
 
 GRADSCALER_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_",

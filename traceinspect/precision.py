@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import name_strings
+from .links import launching_ops
 from .trace import Kind, RankTrace
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
@@ -208,69 +209,6 @@ def gemm_shape(op: str, in_dims: str | None) -> tuple[int, int, int, int] | None
 
 # --------------------------------------------------------------------------------------------------------------
 # Joins: kernel -> launching runtime call -> the CPU op that issued it
-
-
-def launch_calls(ev: pd.DataFrame) -> pd.DataFrame:
-    """The runtime / driver calls that launched GPU work, one per (window, correlation): columns window, corr, rt
-    (the call's row)."""
-    kind = ev["kind"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
-    return pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
-                         "rt": rt}).drop_duplicates(["window", "corr"])
-
-
-def launching_ops(ev: pd.DataFrame, krows: np.ndarray) -> np.ndarray:
-    """For GPU event rows: the row of the CPU op that launched each (innermost op), or -1.
-
-    By External id when the op with that id encloses the launching runtime call on its thread (older Kineto
-    wrote the correlation into the kernels' External id, which then names no op or the wrong one); else the
-    innermost CPU op on the launching thread that encloses the call.
-    """
-    out = np.full(len(krows), -1, np.int64)
-    if not len(krows):
-        return out
-    kind = ev["kind"].to_numpy()
-    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
-    cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
-    if not len(cpu):
-        return out
-    q = pd.DataFrame({"window": win[krows], "corr": ev["corr"].to_numpy()[krows],
-                      "ext": ev["ext"].to_numpy()[krows], "pos": np.arange(len(krows))})
-    q = q.merge(launch_calls(ev), on=["window", "corr"], how="left")
-    has_rt = q["rt"].notna().to_numpy()
-    rt = np.where(has_rt, q["rt"].fillna(-1).to_numpy(), -1).astype(np.int64)
-    ops = pd.DataFrame({"window": win[cpu], "ext": ev["ext"].to_numpy()[cpu], "op": cpu, "odur": dur[cpu]})
-    ops = ops[ops["ext"] >= 0].sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
-    m = q[["window", "ext", "pos"]].merge(ops[["window", "ext", "op"]], on=["window", "ext"], how="inner")
-    if len(m):
-        pos = m["pos"].to_numpy()
-        op = m["op"].to_numpy()
-        r = rt[pos]
-        ok = r < 0  # no runtime call to check against: take the id as written
-        chk = r >= 0
-        rr = r[chk]
-        oo = op[chk]
-        ok[chk] = (ts[oo] <= ts[rr]) & (ts[rr] <= ts[oo] + dur[oo]) & (tid[oo] == tid[rr])
-        out[pos[ok]] = op[ok]
-    todo = np.flatnonzero((out < 0) & (rt >= 0))
-    if len(todo):
-        q2 = pd.DataFrame({"w": win[rt[todo]], "t": tid[rt[todo]], "i": todo})
-        for (w, t), grp in q2.groupby(["w", "t"], sort=False):
-            cand = cpu[(win[cpu] == w) & (tid[cpu] == t)]
-            if not len(cand):
-                continue
-            cand = cand[np.argsort(ts[cand], kind="stable")]
-            starts, ends = ts[cand], ts[cand] + dur[cand]
-            idx = grp["i"].to_numpy()
-            xs = ts[rt[idx]]
-            js = np.searchsorted(starts, xs, side="right") - 1
-            for i, x, j in zip(idx, xs, js):
-                # Ops on a thread nest: the latest-starting op that still encloses the call is the innermost.
-                for k in range(j, max(j - 256, -1), -1):
-                    if ends[k] >= x:
-                        out[i] = cand[k]
-                        break
-    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
