@@ -295,35 +295,42 @@ def _issues(ev: pd.DataFrame) -> pd.DataFrame:
     return issues.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
+class _ArgColumns:
+    """Row access to the events' collective arguments (categoricals read by row, never materialized whole)."""
+
+    def __init__(self, ev: pd.DataFrame):
+        self.names, self.coll = CategoryView(ev["name"]), CategoryView(ev["coll"])
+        self.dtype, self.pg = CategoryView(ev["dtype"]), CategoryView(ev["pg"])
+        self.in_nel, self.out_nel = ev["in_nelems"].to_numpy(), ev["out_nelems"].to_numpy()
+        self.gsize, self.seq = ev["group_size"].to_numpy(), ev["seq"].to_numpy()
+        self.in_dims, self.in_types = ev["in_dims"].to_numpy(), ev["in_types"].to_numpy()
+
+    def recorded(self, r: int, name: str, nelems: int, dtype) -> dict:
+        """The fields of a collective row that come from event ``r``'s own arguments."""
+        pg = self.pg[r]
+        return dict(name=name, pg=pg if isinstance(pg, str) else None, nelems=nelems,
+                    dtype=dtype if isinstance(dtype, str) else None, group_size=int(self.gsize[r]),
+                    seq=int(self.seq[r]))
+
+
 def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
     """One row per issue record (same order), sized from the record's own arguments."""
-    names = CategoryView(ev["name"])
-    coll_col = CategoryView(ev["coll"])
-    in_nel = ev["in_nelems"].to_numpy()
-    out_nel = ev["out_nelems"].to_numpy()
-    gsize = ev["group_size"].to_numpy()
-    seqc = ev["seq"].to_numpy()
-    dtype_col = CategoryView(ev["dtype"])
-    pg_col = CategoryView(ev["pg"])
-    in_dims = ev["in_dims"].to_numpy()
-    in_types = ev["in_types"].to_numpy()
+    a = _ArgColumns(ev)
     dur = ev["dur"].to_numpy()
     its, iwin, itid = issues["ts"].to_numpy(), issues["window"].to_numpy(), issues["tid"].to_numpy()
     recs = []
     for i, (r, src) in enumerate(zip(issues["row"].to_numpy(), issues["source"].to_numpy())):
         if src == "record_param_comms":
-            nm = normalize_collective(coll_col[r])
-            nel = out_nel[r] if nm == "allgather" else in_nel[r]
-            dt = dtype_col[r]
+            nm = normalize_collective(a.coll[r])
+            nel = a.out_nel[r] if nm == "allgather" else a.in_nel[r]
+            dt = a.dtype[r]
         else:
-            nm = normalize_collective(names[r])
-            nel = _dims_nelems(in_dims[r])
-            dt = _first_type(in_types[r])
+            nm = normalize_collective(a.names[r])
+            nel = _dims_nelems(a.in_dims[r])
+            dt = _first_type(a.in_types[r])
         recs.append(_row(
-            name=nm, pg=pg_col[r] if isinstance(pg_col[r], str) else None,
-            nelems=int(nel) if nel is not None and nel >= 0 else -1, dtype=dt if isinstance(dt, str) else None,
-            group_size=int(gsize[r]), seq=int(seqc[r]), cpu_ts_us=float(its[i]), cpu_dur=float(dur[r]),
-            window=int(iwin[i]), tid=int(itid[i]), source=src,
+            **a.recorded(r, nm, int(nel) if nel is not None and nel >= 0 else -1, dt),
+            cpu_ts_us=float(its[i]), cpu_dur=float(dur[r]), window=int(iwin[i]), tid=int(itid[i]), source=src,
         ))
     return recs
 
@@ -444,14 +451,7 @@ def _pair_gloo(ev: pd.DataFrame, recs: list[dict]) -> None:
 def _unclaimed_kernel_rows(ev: pd.DataFrame, kernels: list[int], lrows: np.ndarray, krows: np.ndarray) -> list[dict]:
     """Rows for NCCL kernels no record claimed (CPU side missing), from the kernel's own args; the launch call,
     when the trace has it, gives the CPU time and thread."""
-    names = CategoryView(ev["name"])
-    coll_col = CategoryView(ev["coll"])
-    in_nel = ev["in_nelems"].to_numpy()
-    out_nel = ev["out_nelems"].to_numpy()
-    gsize = ev["group_size"].to_numpy()
-    seqc = ev["seq"].to_numpy()
-    dtype_col = CategoryView(ev["dtype"])
-    pg_col = CategoryView(ev["pg"])
+    a = _ArgColumns(ev)
     kts = ev["ts"].to_numpy()
     kdur = ev["dur"].to_numpy()
     win = ev["window"].to_numpy()
@@ -459,17 +459,16 @@ def _unclaimed_kernel_rows(ev: pd.DataFrame, kernels: list[int], lrows: np.ndarr
     l_of_k = dict(zip(krows.tolist(), lrows.tolist())) if len(lrows) else {}
     rows = []
     for kr in kernels:
-        nm = normalize_collective(coll_col[kr]) if isinstance(coll_col[kr], str) else kernel_collective(str(names[kr]))
+        coll = a.coll[kr]
+        nm = normalize_collective(coll) if isinstance(coll, str) else kernel_collective(str(a.names[kr]))
         lr = l_of_k.get(kr)
         rows.append(_row(
-            name=nm, pg=pg_col[kr] if isinstance(pg_col[kr], str) else None,
-            nelems=int(out_nel[kr] if nm == "allgather" and out_nel[kr] >= 0 else in_nel[kr]),
-            dtype=dtype_col[kr] if isinstance(dtype_col[kr], str) else None,
-            group_size=int(gsize[kr]), seq=int(seqc[kr]),
+            **a.recorded(kr, nm, int(a.out_nel[kr] if nm == "allgather" and a.out_nel[kr] >= 0 else a.in_nel[kr]),
+                         a.dtype[kr]),
             cpu_ts_us=float(kts[lr]) if lr is not None else np.nan,
             cpu_dur=float(kdur[lr]) if lr is not None else np.nan,
             window=int(win[kr]), tid=int(tid[lr]) if lr is not None else -1,
-            source="kernel", kernel=str(names[kr]), kernel_ts_us=float(kts[kr]), kernel_end=float(kts[kr] + kdur[kr]),
+            source="kernel", kernel=str(a.names[kr]), kernel_ts_us=float(kts[kr]), kernel_end=float(kts[kr] + kdur[kr]),
             kernel_dur_us=float(kdur[kr]), krow=kr, backend="nccl", exec_ts=float(kts[kr]), exec_dur=float(kdur[kr]),
             nkernels=1,
         ))
