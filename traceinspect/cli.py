@@ -64,20 +64,23 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     from .config import Config
     from .render.text import render_text
 
-    def find_trace_files(p):  # stdlib-only discovery keeps the cached path free of pandas/numpy imports
-        from .discover import find_trace_files as f
-
-        return f(p)
+    from . import cache
+    from .discover import find_trace_files  # standard library only: the cached path imports no pandas/numpy
 
     config = Config(workers=workers, use_cache=not no_cache)
     try:
-        total = sum(f.stat().st_size for f in find_trace_files(path))
+        files = find_trace_files(path)
+        total = sum(f.stat().st_size for f in files)
     except (TraceInspectError, OSError):
-        total = 0
+        files, total = [], 0
+    # The whole report's cache key: every trace file (path, size, mtime), the settings and the code, taken once,
+    # before the analysis reads the files.
+    anchor = Path(path) if Path(path).is_dir() else Path(path).parent
+    key = cache.result_key("report", files, config) if files and config.use_cache else None
     needs_report_object = bool(out_dir or html_path)
     d = rep = None
-    if config.use_cache and not needs_report_object and executor == "local":
-        d = _cached_report(path, config)
+    if key and not needs_report_object and executor == "local":
+        d = cache.get_result(anchor / "_", key, config)
     if d is None:
         prog, update = _progress_factory(total, sys.stderr.isatty() and not quiet)
         if prog:
@@ -90,8 +93,8 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
             if prog:
                 prog.stop()
         d = rep.to_dict()
-        if config.use_cache:
-            _store_report(path, config, d)
+        if key:
+            cache.put_result(anchor / "_", key, d, config)
     for s in d["skipped"]:
         click.echo(f"traceinspect: skipped {s['file']}: {s['reason']}", err=True)
     if strict and d["skipped"]:
@@ -132,34 +135,6 @@ def dumps(d: dict) -> str:
     import msgspec
 
     return msgspec.json.format(msgspec.json.encode(d), indent=1).decode()
-
-
-def _report_key(path: str, config):
-    """The whole report's cache key: every trace file (path, size, mtime), the configuration and the code."""
-    from . import cache
-    from .discover import find_trace_files
-
-    try:
-        files = find_trace_files(path)
-    except TraceInspectError:
-        return None, None
-    anchor = Path(path) if Path(path).is_dir() else Path(path).parent
-    return anchor / "_", cache.result_key("report", files, config)
-
-
-def _cached_report(path: str, config):
-    """A previous report of the unchanged folder, without importing the analysis stack (pandas, numpy)."""
-    from . import cache
-
-    anchor, key = _report_key(path, config)
-    return cache.get_result(anchor, key, config) if key else None
-
-
-def _store_report(path: str, config, d: dict) -> None:
-    from . import cache
-
-    anchor, key = _report_key(path, config)
-    cache.put_result(anchor, key, d, config)
 
 
 def _write(path: str, text: str) -> None:
