@@ -225,7 +225,7 @@ def traceinspect_cmd(override: str | None) -> list[str] | None:
         return [str(script)]
     if shutil.which("traceinspect"):
         return [shutil.which("traceinspect")]
-    probe = subprocess.run([sys.executable, "-c", "import traceinspect.cli"], capture_output=True, cwd=HERE)
+    probe = subprocess.run([sys.executable, "-c", "import traceinspect.cli.main"], capture_output=True, cwd=HERE)
     return [sys.executable, "-m", "traceinspect"] if probe.returncode == 0 else None
 
 

@@ -6,7 +6,7 @@ export PYTHONPATH=$PWD
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${1:-fixtures/gpu}
 NPROC=${NPROC:-1}
-CAP="python3 -m traceinspect.cli_capture capture --nproc $NPROC --overwrite"
+CAP="python3 -m traceinspect.cli.capture capture --nproc $NPROC --overwrite"
 # ONLY="a b" runs just those fixtures.
 run() {
   local name=$1; shift

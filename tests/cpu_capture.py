@@ -25,11 +25,11 @@ def capture_cpu(out_dir: str | Path, preset: str = "optimized", nproc: int = 2, 
     """Run the workload under torchrun into ``out_dir`` (replacing traces there) and return the folder.
 
     ``overrides`` are workload knobs applied over :data:`CPU_SMALL`;
-    ``capture_kwargs`` go to :func:`traceinspect.cli_capture.run_capture`
+    ``capture_kwargs`` go to :func:`traceinspect.cli.capture.run_capture`
     (``record_shapes=True``, ``gzip=False``, ...). torchrun ``--standalone``
     picks a free port for every capture, so captures may run side by side.
     """
-    from traceinspect.cli_capture import run_capture
+    from traceinspect.cli.capture import run_capture
 
     knobs = {**CPU_SMALL, **dict(overrides or {})}
     out = Path(out_dir)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from traceinspect.analyze import analyze
+from traceinspect.diagnose.engine import analyze
 from traceinspect.config import Config
-from traceinspect.load import load
+from traceinspect.load.reader import load
 
 from public_traces import ALL, BERT, DIFF_CONTROL, DIFF_TEST, need, only_file, raw_events
 

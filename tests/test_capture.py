@@ -18,8 +18,8 @@ import pytest
 from cpu_capture import load_trace, trace_files
 from conftest import ROOT, SLOW_ITEM_DELAY_MS
 
-from traceinspect import capture as cap
-from traceinspect import workload
+from traceinspect.capture import profiling as cap
+from traceinspect.capture import workload
 
 NAME_RE = re.compile(r"^rank(\d+)\.\d+\.pt\.trace\.json\.gz$")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -46,7 +46,7 @@ def _cli(*args: str, env: dict | None = None, timeout: float = 300) -> subproces
     """Run the capture CLI in a fresh interpreter, as a user would."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "traceinspect.cli_capture", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "traceinspect.cli.capture", *args], capture_output=True,
                           text=True, env=full_env, timeout=timeout, cwd=ROOT)
 
 
@@ -330,7 +330,7 @@ def test_cli_unwritable_out_and_existing_traces(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["capture", "demo"])
 def test_cli_without_torch(command: str, tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['torch'] = None; from traceinspect.cli_capture import standalone_main; "
+    code = ("import sys; sys.modules['torch'] = None; from traceinspect.cli.capture import standalone_main; "
             f"standalone_main([{command!r}, '--out', {str(tmp_path / 'o')!r}])")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -339,7 +339,7 @@ def test_cli_without_torch(command: str, tmp_path: Path) -> None:
 
 
 def test_capture_modules_do_not_import_torch_or_the_analyzer() -> None:
-    code = ("import sys; import traceinspect.capture, traceinspect.workload, traceinspect.cli_capture; "
+    code = ("import sys; import traceinspect.capture, traceinspect.capture.workload, traceinspect.cli.capture; "
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('msgspec', 'pandas', 'pyarrow'))); "
             "print(bad)")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -354,7 +354,7 @@ def test_capture_modules_do_not_import_torch_or_the_analyzer() -> None:
 def test_render_knobs() -> None:
     from rich.console import Console
 
-    from traceinspect.cli_capture import render_knobs
+    from traceinspect.cli.capture import render_knobs
 
     console = Console(record=True, width=120)
     render_knobs([("no_sync", False, True), ("pin_memory", False, True)], console=console)
@@ -363,8 +363,8 @@ def test_render_knobs() -> None:
 
 
 @needs_torch
-@pytest.mark.skipif(importlib.util.find_spec("traceinspect.api") is None,
-                    reason="traceinspect.api (the analyzer) is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("traceinspect.run.api") is None,
+                    reason="traceinspect.run.api (the analyzer) is not there yet")
 def test_demo_end_to_end(tmp_path: Path) -> None:
     res = _cli("demo", "--out", str(tmp_path / "demo"), "--nproc", "2", "--set", "num_workers=0",
                "--set", "mlp_hidden=1024", timeout=600)
@@ -380,7 +380,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
 
 
 def test_failure_reason_picks_the_root_cause() -> None:
-    from traceinspect.cli_capture import _failure_reason
+    from traceinspect.cli.capture import _failure_reason
 
     log = ("W1129 torch/distributed/run.py: setting OMP_NUM_THREADS\n"
            "[rank1]: Traceback (most recent call last):\n"
@@ -396,7 +396,7 @@ def test_failure_reason_picks_the_root_cause() -> None:
 def test_workload_too_short_run_is_one_line(tmp_path: Path) -> None:
     """Single process (no torchrun): the capture context's own check fires at the end of the loop."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res = subprocess.run([sys.executable, "-m", "traceinspect.workload", "--out", str(tmp_path), "--steps", "3",
+    res = subprocess.run([sys.executable, "-m", "traceinspect.capture.workload", "--out", str(tmp_path), "--steps", "3",
                           "--set", "batch_size=4", "--set", "num_workers=0", "--set", "mlp_hidden=64"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 2 and "Traceback" not in res.stderr

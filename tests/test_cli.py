@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.cli import main
+from traceinspect.cli.main import main
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need, only_file
 

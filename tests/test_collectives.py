@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinspect.analyze import analyze, analyze_rank
-from traceinspect.buckets import _period
-from traceinspect.collectives import busbw_factor, dtype_bytes, kernel_collective, normalize_collective
+from traceinspect.analyze.rank import analyze_rank
+from traceinspect.diagnose.engine import analyze
+from traceinspect.analyze.buckets import _period
+from traceinspect.analyze.collectives import busbw_factor, dtype_bytes, kernel_collective, normalize_collective
 from traceinspect.config import Config
-from traceinspect.load import load
-from traceinspect.trace import Kind, RankTrace
+from traceinspect.load.reader import load
+from traceinspect.load.trace import Kind, RankTrace
 
 from public_traces import DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file, raw_events
 

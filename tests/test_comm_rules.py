@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceinspect.analyze import analyze
+from traceinspect.diagnose.engine import analyze
 from traceinspect.config import Config
-from traceinspect.cross_rank import cross_rank_analysis
-from traceinspect.load import load
-from traceinspect.rules import exposed_comm, get_rule, small_buckets, straggler, sync_every_microstep
+from traceinspect.analyze.cross_rank import cross_rank_analysis
+from traceinspect.load.reader import load
+from traceinspect.diagnose import exposed_comm, get_rule, small_buckets, straggler, sync_every_microstep
 
 from public_traces import DDP_2RANK, DIFF_CONTROL, need, only_file, raw_events
 
@@ -29,7 +29,7 @@ NOCACHE = Config(use_cache=False, workers=1)
 MIB = 1024 * 1024
 
 # --------------------------------------------------------------------------------------------------------------
-# Captures: the reference workload (traceinspect.workload) on CPU with gloo, one process per rank under torchrun,
+# Captures: the reference workload (traceinspect.capture.workload) on CPU with gloo, one process per rank under torchrun,
 # made through conftest's session-scoped ``cpu_capture_factory`` (identical requests share one capture).
 # Deep narrow model (48 x Linear(64, 64)): ~0.8 MB of fp32 gradients in many small parameters; 4 micro-batches
 # per optimizer step; shapes recorded so gloo's work carries its sizes; steps 1-2 recorded (after DDP's bucket

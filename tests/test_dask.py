@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from traceinspect.api import analyze_path
+from traceinspect.run.api import analyze_path
 from traceinspect.config import Config
 
 from public_traces import DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file
@@ -32,7 +32,7 @@ def test_dask_equals_local(tmp_path):
     local = analyze_path(tmp_path, cfg).to_dict()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
             distributed.Client(cl) as client:
-        from traceinspect.distributed import analyze_with_dask
+        from traceinspect.run.dask import analyze_with_dask
 
         remote = analyze_with_dask(tmp_path, cfg, client=client).to_dict()
     assert _strip(remote) == _strip(local)

@@ -10,9 +10,9 @@ import statistics
 
 import pytest
 
-from traceinspect.cli import cli, main
-from traceinspect.cli_diff import diff as diff_command, render_diff_text
-from traceinspect.diff import MIN_SHARE, SE_FACTOR, diff_reports
+from traceinspect.cli.main import cli, main
+from traceinspect.cli.diff import diff as diff_command, render_diff_text
+from traceinspect.report.diff import MIN_SHARE, SE_FACTOR, diff_reports
 
 from public_traces import BERT, DIFF_CONTROL, DIFF_TEST, need
 from test_plots import analyzed, real_cpu_run, synthetic_cpu_run

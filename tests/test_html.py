@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceinspect.cli import main
+from traceinspect.cli.main import main
 from traceinspect.render import plots
 from traceinspect.render.html import render_html
 from traceinspect.render.text import verdict

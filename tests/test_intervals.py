@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from traceinspect.intervals import build_timeline, union_length
+from traceinspect.analyze.intervals import build_timeline, union_length
 
 
 def test_priority_exclusive_and_union():

@@ -10,8 +10,8 @@ import pytest
 
 from traceinspect.config import Config
 from traceinspect.errors import NoUsableTraceError
-from traceinspect.load import load
-from traceinspect.trace import CATEGORY_KIND, Kind
+from traceinspect.load.reader import load
+from traceinspect.load.trace import CATEGORY_KIND, Kind
 
 from public_traces import ALL, BERT, DDP_2RANK, DIFF_CONTROL, need, only_file, raw_events
 
@@ -55,12 +55,12 @@ def test_rank_world_and_device():
 def test_parallel_pieces_equal_whole(tmp_path, monkeypatch):
     """Cutting a file into many small pieces decoded on 2 processes gives exactly the same columns."""
     need(DIFF_CONTROL)
-    import traceinspect.decode as dec
+    import traceinspect.load.decode as dec
 
     whole = load(DIFF_CONTROL, NOCACHE).ranks[0].events
     monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
     monkeypatch.setattr(dec, "READ_BYTES", 1 << 18)
-    monkeypatch.setattr("traceinspect.decode.read_pieces.__defaults__", (1 << 20,))
+    monkeypatch.setattr("traceinspect.load.decode.read_pieces.__defaults__", (1 << 20,))
     cut = load(DIFF_CONTROL, Config(use_cache=False, workers=2)).ranks[0].events
     assert len(cut) == len(whole)
     for c in ("ts", "dur", "corr", "ext", "bytes", "kind"):
@@ -148,7 +148,7 @@ def test_mixed_runs_are_skipped_with_reasons(tmp_path):
     """A copy of a rank's file and a file of another run (other world size) in one folder."""
     need(DIFF_CONTROL)
     from public_traces import DIFF_TEST
-    from traceinspect.api import analyze_path
+    from traceinspect.run.api import analyze_path
 
     need(DIFF_TEST)
     shutil.copy(only_file(DIFF_CONTROL), tmp_path / "a.json.gz")
@@ -165,13 +165,13 @@ def test_mixed_runs_are_skipped_with_reasons(tmp_path):
 def test_planned_byte_ranges_equal_streaming(tmp_path, monkeypatch):
     """A plain file decoded by workers reading byte ranges gives exactly the streamed columns."""
     need(DIFF_CONTROL)
-    import traceinspect.decode as dec
+    import traceinspect.load.decode as dec
 
     plain = tmp_path / "rank3.json"
     plain.write_bytes(gzip.decompress(only_file(DIFF_CONTROL).read_bytes()))
     streamed = load(plain, NOCACHE).ranks[0].events
     monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
-    monkeypatch.setattr("traceinspect.decode.plan_ranges.__defaults__", (1 << 20,))
+    monkeypatch.setattr("traceinspect.load.decode.plan_ranges.__defaults__", (1 << 20,))
     plan = dec.plan_ranges(str(plain))
     assert plan is not None and len(plan["ranges"]) > 5
     ranged = load(plain, Config(use_cache=False, workers=2)).ranks[0].events

@@ -4,7 +4,7 @@ negative, with its evidence checked against the raw JSON.
 Where the traces come from:
 - public traces in ../shared (skipped when absent): H100 bf16 inference (launch-bound, tensor-core-alignment
   positives), A100 TF32 training, A100 DDP, V100 fp32 (compute capability 7.0: no-mixed-precision must not fire);
-- CPU gloo DDP captures of traceinspect.workload made in this test session (conftest): ``baseline`` runs the
+- CPU gloo DDP captures of traceinspect.capture.workload made in this test session (conftest): ``baseline`` runs the
   per-parameter AdamW with ``zero_grad(set_to_none=False)``, ``optimized`` runs foreach AdamW with
   ``set_to_none=True``: the optimizer-not-fused pair;
 - H200 fixtures (fixtures/, picked by the capture metadata in each trace), skipped until they are captured: the
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.analyze import finish
+from traceinspect.diagnose.engine import finish
 from traceinspect.config import Config
-from traceinspect.rules import RULE_MODULES, doc_of, get_rule
+from traceinspect.diagnose import RULE_MODULES, doc_of, get_rule
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file, raw_events
 from test_precision import gpu_fixture, raw_json, report

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.analyze import analyze
-from traceinspect.attribution import GPU_CATEGORIES
+from traceinspect.diagnose.engine import analyze
+from traceinspect.analyze.attribution import GPU_CATEGORIES
 from traceinspect.config import Config
-from traceinspect.intervals import build_timeline
-from traceinspect.load import load
+from traceinspect.analyze.intervals import build_timeline
+from traceinspect.load.reader import load
 from traceinspect.render import plots
 from traceinspect.render.text import CPU_COLUMNS, GPU_COLUMNS
-from traceinspect.steps import find_steps
-from traceinspect.timeline import median_step, step_timeline
+from traceinspect.analyze.steps import find_steps
+from traceinspect.analyze.timeline import median_step, step_timeline
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need
 
@@ -302,7 +302,7 @@ def test_plots_leave_pyplot_alone(tmp_path):
     folder = synthetic_cpu_run(tmp_path / "syn")
     code = (
         "import sys\n"
-        "from traceinspect.load import load\nfrom traceinspect.analyze import analyze\n"
+        "from traceinspect.load.reader import load\nfrom traceinspect.diagnose.engine import analyze\n"
         "from traceinspect.config import Config\nfrom traceinspect.render.plots import write_plots\n"
         f"rep = analyze(load({str(folder)!r}, Config(use_cache=False, workers=1)))\n"
         f"write_plots(rep.to_dict(), rep, {str(tmp_path / 'o')!r})\n"

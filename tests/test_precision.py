@@ -4,7 +4,7 @@
   launching op's recorded ``Input type`` and the run's math mode confirm), classified by name alone.
 - Public traces (../shared, skipped when absent): per-step precision times recomputed here in plain Python from
   the raw events, the op join checked against an independent join, the GEMM shapes against ``Input Dims``.
-- GPU fixtures (fixtures/, captured on an H200 with traceinspect.workload; skipped until they exist): fp32 vs
+- GPU fixtures (fixtures/, captured on an H200 with traceinspect.capture.workload; skipped until they exist): fp32 vs
   bf16 runs, picked by the capture metadata each trace carries.
 - CPU captures (gloo): no kernels, so empty tables and zero columns, and no crash.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.analyze import analyze
+from traceinspect.diagnose.engine import analyze
 from traceinspect.config import Config
-from traceinspect.load import load
-from traceinspect.precision import classify_kernel, gemm_shape, op_dtype
+from traceinspect.load.reader import load
+from traceinspect.analyze.precision import classify_kernel, gemm_shape, op_dtype
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file, raw_events
 

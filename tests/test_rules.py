@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.analyze import analyze
+from traceinspect.diagnose.engine import analyze
 from traceinspect.config import Config
-from traceinspect.load import load
+from traceinspect.load.reader import load
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 CFG = Config(use_cache=False, workers=1)

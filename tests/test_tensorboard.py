@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from traceinspect.cli import main
+from traceinspect.cli.main import main
 from traceinspect.errors import UsageError
 from traceinspect.render.tensorboard import MISSING, write_tensorboard
 from traceinspect.render.text import verdict

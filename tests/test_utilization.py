@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.analyze import analyze
+from traceinspect.diagnose.engine import analyze
 from traceinspect.config import Config
-from traceinspect.load import load
-from traceinspect.utilization import FILL_CATEGORIES, summarize
+from traceinspect.load.reader import load
+from traceinspect.analyze.utilization import FILL_CATEGORIES, summarize
 
 from public_traces import ALL, BERT, DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file
 from test_precision import gpu_fixture, raw_json

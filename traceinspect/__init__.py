@@ -1,6 +1,6 @@
 """traceinspect: where the time of a distributed PyTorch training step goes, and what to change.
 
-The analysis path never imports torch; ``traceinspect.capture`` and ``traceinspect.workload`` do.
+The analysis path never imports torch; ``traceinspect.capture`` and ``traceinspect.capture.workload`` do.
 """
 
 __version__ = "0.1.0"
@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 __all__ = ["load", "analyze", "analyze_path", "Config", "__version__"]
 
 
-_LAZY = {"load": ("load", "load"), "analyze": ("analyze", "analyze"), "analyze_path": ("api", "analyze_path"),
+_LAZY = {"load": ("load", None), "analyze": ("analyze", None), "analyze_path": ("run.api", "analyze_path"),
          "Config": ("config", "Config")}
 
 
@@ -18,7 +18,8 @@ def __getattr__(name):  # lazy: importing the package stays cheap (and works wit
     import importlib
 
     module, attr = _LAZY[name]
-    obj = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    # Importing the submodule set the package attribute to the module; the API name must be the function.
+    mod = importlib.import_module(f"{__name__}.{module}")
+    # ``load`` and ``analyze`` are stage packages that can be called like the functions they are named after.
+    obj = mod if attr is None else getattr(mod, attr)
     globals()[name] = obj
     return obj

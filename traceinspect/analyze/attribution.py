@@ -1,0 +1,288 @@
+"""Where each step's time went: GPU categories (exclusive and total), copy bytes, CPU-side waits.
+
+Pure functions of a ``RankTrace`` and its ``Steps``; the definitions are in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..config import Config, DEFAULT
+from .intervals import build_timeline
+from .steps import Steps
+from ..load.trace import Kind, RankTrace
+
+# GPU categories in priority order: an instant where several run is charged to the first one.
+GPU_CATEGORIES = ("compute", "comm", "h2d", "d2h", "d2d", "memset")
+EXPOSED_NAMES = ("compute", "comm_exposed", "h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed")
+# CPU-only traces (gloo): the training thread's time, in priority order.
+CPU_CATEGORIES = ("dataloader", "comm", "optimizer", "backward", "forward", "other")
+
+SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+    }
+)
+
+
+def is_comm_kernel(name: str) -> bool:
+    n = name.lower()
+    return "nccl" in n or "rccl" in n
+
+
+def gpu_category_codes(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
+    """Category index (GPU_CATEGORIES) of each GPU event, decided once per distinct name."""
+    kind = ev["kind"].to_numpy()[gidx]
+    codes = ev["name"].cat.codes.to_numpy()[gidx]
+    cats = ev["name"].cat.categories
+    lut = np.zeros(len(cats) + 1, np.int64)
+    for i, name in enumerate(cats):
+        name = str(name)
+        if "HtoD" in name:
+            lut[i] = 2
+        elif "DtoH" in name:
+            lut[i] = 3
+        elif "Memcpy" in name:  # DtoD, PtoP
+            lut[i] = 4
+        elif is_comm_kernel(name):
+            lut[i] = 1
+        else:
+            lut[i] = 0
+    out = lut[codes]
+    out[kind == int(Kind.MEMSET)] = 5
+    # A kernel named like a copy is still a kernel; a copy is only what CUPTI reports as one.
+    is_kernel = kind == int(Kind.KERNEL)
+    out[is_kernel & (out >= 2)] = 0
+    out[(kind == int(Kind.MEMCPY)) & (out < 2)] = 4
+    return out
+
+
+def name_strings(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Names of the given rows as an object array of str (without materializing the whole column)."""
+    cats = np.asarray(ev["name"].cat.categories, dtype=object)
+    return cats[ev["name"].cat.codes.to_numpy()[rows]]
+
+
+class CategoryView:
+    """``view[i]`` / ``view[rows]`` of a categorical column without materializing it (missing values are NaN)."""
+
+    def __init__(self, col: pd.Series):
+        self._codes = col.cat.codes.to_numpy()
+        self._cats = np.append(np.asarray(col.cat.categories, dtype=object), np.nan)  # code -1 -> NaN
+
+    def __getitem__(self, rows):
+        return self._cats[self._codes[rows]]
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+
+def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
+    """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
+    cats = ev["name"].cat.categories
+    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
+    return hit[ev["name"].cat.codes.to_numpy()]
+
+
+def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.DataFrame:
+    """One row per step with every number of the step table (see docs/metrics.md)."""
+    ev = rank.events
+    st = steps.table
+    out = pd.DataFrame(
+        {
+            "step": st["step"].astype(int),
+            "synthetic": st["synthetic"],
+            "window": st["window"],
+            "cpu_start_us": st["cpu_start"],
+            "cpu_end_us": st["cpu_end"],
+            "start_us": st["start"],
+            "end_us": st["end"],
+        }
+    )
+    out["wall_us"] = out["end_us"] - out["start_us"]
+    a = st["start"].to_numpy()
+    b = st["end"].to_numpy()
+    n = len(st)
+    ts = ev["ts"].to_numpy()
+    dur = ev["dur"].to_numpy()
+    gidx = steps.gpu_index
+
+    if len(gidx):
+        gcat = gpu_category_codes(ev, gidx)
+        tl = build_timeline(ts[gidx], ts[gidx] + dur[gidx], gcat, len(GPU_CATEGORIES))
+        excl = tl.exclusive_in(a, b)
+        uni = tl.union_in(a, b)
+        busy = tl.busy_in(a, b)
+        for i, name in enumerate(EXPOSED_NAMES):
+            out[f"bd_{name}"] = excl[i]
+        out["bd_idle"] = out["wall_us"] - busy
+        for i, name in enumerate(GPU_CATEGORIES):
+            out[f"tot_{name}"] = uni[i]
+        out["gpu_busy_us"] = busy
+        _copy_columns(out, ev, gidx, gcat, steps.gpu_step, n)
+        _kernel_columns(out, ev, gidx, gcat, steps.gpu_step, n, config)
+    else:
+        out["gpu_busy_us"] = np.nan
+
+    _cpu_columns(out, rank, steps, gidx)
+    if not len(gidx):
+        _cpu_breakdown(out, rank, steps)
+    return out
+
+
+def _per_step_sum(values: np.ndarray, step: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    ok = mask & (step >= 0)
+    return np.bincount(step[ok], weights=values[ok], minlength=n)[:n] if n else np.zeros(0)
+
+
+def _copy_columns(out, ev, gidx, gcat, gstep, n) -> None:
+    names = ev["name"]
+    pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx]
+    pinned = name_mask(ev, lambda s: "Pinned" in s)[gidx]
+    nbytes = np.maximum(ev["bytes"].to_numpy()[gidx], 0).astype(np.float64)
+    dur = ev["dur"].to_numpy()[gidx]
+    h2d, d2h, d2d = gcat == 2, gcat == 3, gcat == 4
+    for label, mask in (
+        ("h2d", h2d),
+        ("pageable_h2d", h2d & pageable),
+        ("pinned_h2d", h2d & pinned),
+        ("d2h", d2h),
+        ("pageable_d2h", d2h & pageable),
+        ("d2d", d2d),
+    ):
+        out[f"{label}_bytes"] = _per_step_sum(nbytes, gstep, mask, n).astype(np.int64)
+        out[f"{label}_time_us"] = _per_step_sum(dur, gstep, mask, n)
+        out[f"{label}_count"] = _per_step_sum(np.ones(len(gidx)), gstep, mask, n).astype(np.int64)
+    del names
+
+
+def _kernel_columns(out, ev, gidx, gcat, gstep, n, config: Config) -> None:
+    kernel = ev["kind"].to_numpy()[gidx] == int(Kind.KERNEL)
+    dur = ev["dur"].to_numpy()[gidx]
+    compute = kernel & (gcat == 0)
+    out["kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, kernel, n).astype(np.int64)
+    out["compute_kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, compute, n).astype(np.int64)
+    out["compute_kernel_time_us"] = _per_step_sum(dur, gstep, compute, n)
+    out["short_kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, compute & (dur < config.short_kernel_us), n).astype(np.int64)
+    med = np.full(n, np.nan)
+    if compute.any():
+        df = pd.DataFrame({"s": gstep[compute], "d": dur[compute]})
+        df = df[df["s"] >= 0]
+        m = df.groupby("s")["d"].median()
+        med[m.index.to_numpy()] = m.to_numpy()
+    out["median_kernel_us"] = med
+
+
+def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
+    """Rows of runtime calls that block the CPU on the GPU: synchronize calls, synchronous copies, and the
+    launch calls of pageable copies (the CPU waits for those to finish)."""
+    kind = ev["kind"].to_numpy()
+    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
+    sync = is_rt & name_mask(ev, lambda s: s in SYNC_CALLS)
+    if len(gidx):
+        pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
+        if pageable.any():
+            keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
+            rt = np.flatnonzero(is_rt)
+            rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
+            sync[rt[rt_keys.isin(keys)]] = True
+    return np.flatnonzero(sync)
+
+
+def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
+    """Dataloader wait and blocked-in-sync time on the CPU, within each step's CPU window."""
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    ts = ev["ts"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    dl = np.flatnonzero(name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")) & (kind <= int(Kind.USER_ANNOTATION)))
+    sync_rows = sync_call_rows(ev, gidx)
+    cs = out["cpu_start_us"].to_numpy()
+    ce = out["cpu_end_us"].to_numpy()
+    # Unions per step window from one sweep each (a per-step scan would be quadratic on long traces).
+    out["dataloader_us"] = build_timeline(ts[dl], end[dl], np.zeros(len(dl), int), 1).union_in(cs, ce)[0]
+    out["sync_us"] = build_timeline(ts[sync_rows], end[sync_rows], np.zeros(len(sync_rows), int), 1).union_in(cs, ce)[0]
+    st = np.sort(ts[sync_rows])
+    out["sync_count"] = np.searchsorted(st, ce, "left") - np.searchsorted(st, cs, "left")
+    out["cpu_step_us"] = ce - cs
+    if len(gidx):
+        _idle_causes(out, ts, end, gidx, dl, sync_rows)
+
+
+def _idle_causes(out, ts, end, gidx, dl, sync_rows) -> None:
+    """Split GPU idle time by what the CPU was doing meanwhile: waiting for data, blocked in a sync, or else.
+
+    One sweep with priorities GPU busy > dataloader wait > blocked sync: the exclusive time of "dataloader" in a
+    step window is GPU-idle time that overlaps the loader wait, and so on; the rest of idle is "other" (the CPU
+    was running Python / launching, not feeding the GPU fast enough).
+    """
+    s = np.concatenate([ts[gidx], ts[dl], ts[sync_rows]])
+    e = np.concatenate([end[gidx], end[dl], end[sync_rows]])
+    c = np.concatenate([np.zeros(len(gidx)), np.ones(len(dl)), np.full(len(sync_rows), 2)])
+    tl = build_timeline(s, e, c, 3)
+    excl = tl.exclusive_in(out["start_us"].to_numpy(), out["end_us"].to_numpy())
+    out["idle_dataloader_us"] = excl[1]
+    out["idle_sync_us"] = excl[2]
+    out["idle_other_us"] = out["bd_idle"] - excl[1] - excl[2]
+
+
+def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
+    """CPU-only runs: the training thread's step time by category (priority CPU_CATEGORIES, rest 'other')."""
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    tid = ev["tid"].to_numpy()
+    main = steps.main_tid
+    on_main = (tid == main) if main is not None else np.ones(len(ev), bool)
+    cpu_like = on_main & (kind <= int(Kind.USER_ANNOTATION))
+    ts = ev["ts"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    is_step = name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
+    masks = {
+        "dataloader": name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")),
+        "comm": name_mask(ev, lambda s: s.startswith(("gloo:", "nccl:", "c10d::", "record_param_comms"))),
+        "optimizer": name_mask(ev, lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
+        "backward": name_mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function")),
+    }
+    starts, ends, cats = [], [], []
+    for c, name in enumerate(CPU_CATEGORIES[:4]):
+        rows = np.flatnonzero(cpu_like & masks[name])
+        starts.append(ts[rows]); ends.append(end[rows]); cats.append(np.full(len(rows), c))
+    # Forward: the training thread's ops before the step's first backward op; the rest of its ops are "other".
+    first_bwd = {}
+    bwd_rows = np.flatnonzero(cpu_like & masks["backward"])
+    cs = out["cpu_start_us"].to_numpy()
+    ce = out["cpu_end_us"].to_numpy()
+    for i, (x, y) in enumerate(zip(cs, ce)):
+        bt = ts[bwd_rows]
+        inside = bt[(bt >= x) & (bt < y)]
+        first_bwd[i] = inside.min() if len(inside) else y
+    generic = np.flatnonzero(cpu_like & ~is_step & ~masks["dataloader"] & ~masks["comm"] & ~masks["optimizer"] & ~masks["backward"])
+    k = np.searchsorted(cs, ts[generic], side="right") - 1
+    fb = np.array([first_bwd.get(int(j), -np.inf) for j in k])
+    fwd = generic[(k >= 0) & (ts[generic] < fb)]
+    starts.append(ts[fwd]); ends.append(np.minimum(end[fwd], fb[(k >= 0) & (ts[generic] < fb)])); cats.append(np.full(len(fwd), 4))
+    # Waiting for a collective: gloo runs it on its own threads and the training thread sits in an unannotated
+    # gap until it is done (end of backward). Collective spans on any thread fill only such gaps (lowest priority).
+    coll_any = np.flatnonzero(masks["comm"] & (kind <= int(Kind.USER_ANNOTATION)) & ~on_main)
+    starts.append(ts[coll_any]); ends.append(end[coll_any]); cats.append(np.full(len(coll_any), 5))
+    tl = build_timeline(np.concatenate(starts), np.concatenate(ends), np.concatenate(cats), 6)
+    excl = tl.exclusive_in(cs, ce)
+    excl[1] += excl[5]  # comm = collectives on the training thread + waiting for collectives elsewhere
+    excl = excl[:5]
+    for c, name in enumerate(CPU_CATEGORIES[:5]):
+        out[f"cpu_{name}"] = excl[c]
+    out["cpu_other"] = (ce - cs) - excl.sum(axis=0)

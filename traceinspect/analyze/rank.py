@@ -1,0 +1,259 @@
+"""The per-rank stage: one rank's ``RankTrace`` -> ``RankAnalysis`` (independent per rank).
+
+The per-rank stage reduces a rank's events to small tables (``RankAnalysis``); nothing after it touches raw
+events. That is what lets the per-rank stage run anywhere (local processes or a Dask cluster).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .attribution import GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, sync_call_rows
+from ..config import Config, DEFAULT
+from .links import enclosing_ops, launch_calls
+from .steps import find_steps
+from .timeline import step_timeline
+from ..load.trace import Kind, RankTrace, Skipped, Trace
+
+
+@dataclass
+class RankAnalysis:
+    """Everything the rules and renderers need about one rank, in raw units (us, bytes)."""
+
+    rank: int
+    world_size: int | None
+    files: list[str]
+    device: str | None
+    compute_capability: tuple[int, int] | None
+    basis: str  # "gpu": GPU timeline breakdown; "cpu": the training thread's breakdown (no GPU events)
+    steps: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    distributed: dict = field(default_factory=dict)
+    base_ns: int = 0
+    event_count: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-rank stage
+
+
+def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
+    steps = find_steps(rank)
+    table = attribute(rank, steps, config)
+    basis = "gpu" if len(steps.gpu_index) else "cpu"
+    tables = {
+        "kernels": kernel_summary(rank, steps),
+        "cpu_ops": cpu_op_summary(rank, steps),
+        "pageable_copies": pageable_copies(rank, steps),
+        "sync_calls": sync_calls(rank, steps),
+        "timeline": step_timeline(rank, steps),  # one (the median) step's GPU intervals, for the timeline plot
+    }
+    ra = RankAnalysis(
+        rank=rank.rank,
+        world_size=rank.world_size,
+        files=rank.files,
+        device=rank.device_name,
+        compute_capability=rank.compute_capability,
+        basis=basis,
+        steps=table,
+        tables=tables,
+        metadata=rank.metadata,
+        distributed=rank.distributed,
+        base_ns=rank.base_ns,
+        event_count=len(rank.events),
+    )
+    _run_extensions(rank, steps, ra, config)
+    return ra
+
+
+# A rank this big runs its extensions on several cores (forked workers share its events copy-on-write).
+PARALLEL_MIN_EVENTS = 500_000
+
+
+def _run_extension(extend, rank, steps, ra, config) -> None:
+    try:
+        extend(rank, steps, ra, config)
+    except Exception as exc:  # one failing analysis must not take the rank's report down
+        ra.errors.append(f"{extend.__module__.rsplit('.', 1)[-1]} analysis failed on rank {ra.rank}: "
+                         f"{type(exc).__name__}: {exc}")
+
+
+_FORKED: tuple | None = None  # (rank, steps, ra, config) seen by forked workers
+
+
+def _extension_in_child(i: int):
+    """Run extension ``i`` on a private copy of the rank's summary; return only what it added."""
+    rank, steps, ra, config = _FORKED
+    mine = RankAnalysis(**{**ra.__dict__, "steps": ra.steps.copy(), "tables": {}, "errors": []})
+    before = set(mine.steps.columns)
+    _run_extension(_rank_extensions()[i], rank, steps, mine, config)
+    cols = {c: mine.steps[c].to_numpy() for c in mine.steps.columns if c not in before}
+    return mine.tables, cols, mine.errors
+
+
+def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) -> None:
+    """The per-rank extensions read only the base step table and the events, never each other's output, so on a
+    big rank they run side by side: the first here, the others in forked workers; results merge in list order."""
+    global _FORKED
+    exts = _rank_extensions()
+    workers = config.workers if config.workers > 0 else (os.cpu_count() or 1)
+    if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not _can_fork():
+        for extend in exts:
+            _run_extension(extend, rank, steps, ra, config)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    _FORKED = (rank, steps, ra, config)
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers - 1, len(exts) - 1), mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_extension_in_child, i) for i in range(1, len(exts))]
+            _run_extension(exts[0], rank, steps, ra, config)
+            for fut in futures:
+                tables, cols, errors = fut.result()
+                ra.tables.update(tables)
+                for c, v in cols.items():
+                    ra.steps[c] = v
+                ra.errors.extend(errors)
+    finally:
+        _FORKED = None
+
+
+def _can_fork() -> bool:
+    import multiprocessing as mp
+
+    return "fork" in mp.get_all_start_methods() and not mp.current_process().daemon
+
+
+# Per-rank analyses that add tables / step columns, each a module with ``extend_rank(rank, steps, ra, config)``.
+RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
+
+
+def _rank_extensions():
+    import importlib
+
+    out = []
+    for name in RANK_EXTENSIONS:
+        try:
+            mod = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{name}":
+                raise
+            continue
+        out.append(mod.extend_rank)
+    return out
+
+
+def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:
+    """Per step and kernel name: count and summed duration (us), with the GPU category."""
+    ev = rank.events
+    gidx = steps.gpu_index
+    if not len(gidx):
+        return pd.DataFrame(columns=["step", "name", "category", "count", "total_us"])
+    kind = ev["kind"].to_numpy()[gidx]
+    isk = kind == int(Kind.KERNEL)
+    cat = gpu_category_codes(ev, gidx)
+    st = steps.gpu_step
+    step_ids = steps.table["step"].to_numpy()
+    df = pd.DataFrame(
+        {
+            "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1)[isk],
+            "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[gidx][isk], ev["name"].cat.categories),
+            "category": np.array(GPU_CATEGORIES)[cat[isk]],
+            "dur": ev["dur"].to_numpy()[gidx][isk],
+        }
+    )
+    g = df.groupby(["step", "name", "category"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})
+
+
+def cpu_op_summary(rank: RankTrace, steps) -> pd.DataFrame:
+    """Per CPU op / annotation name: count and summed duration (us) inside steps."""
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    rows = np.flatnonzero(kind <= int(Kind.USER_ANNOTATION))
+    ts = ev["ts"].to_numpy()[rows]
+    st = steps.table
+    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
+    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]],
+                       "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[rows][ok], ev["name"].cat.categories),
+                       "dur": ev["dur"].to_numpy()[rows][ok]})
+    g = df.groupby(["step", "name"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})
+
+
+def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
+    """Every pageable host<->device copy with its step, size, time and the CPU op that issued it."""
+    ev = rank.events
+    gidx = steps.gpu_index
+    cols = ["step", "name", "bytes", "dur_us", "ts_us", "op", "runtime_us"]
+    if not len(gidx):
+        return pd.DataFrame(columns=cols)
+    kind = ev["kind"].to_numpy()[gidx]
+    sel = (kind == int(Kind.MEMCPY)) & name_mask(ev, lambda s: "Pageable" in s)[gidx]
+    if not sel.any():
+        return pd.DataFrame(columns=cols)
+    rows = gidx[sel]
+    step_ids = steps.table["step"].to_numpy()
+    st = steps.gpu_step[sel]
+    copies = pd.DataFrame(
+        {
+            "step": np.where(st >= 0, step_ids[np.clip(st, 0, None)], -1),
+            "name": name_strings(ev, rows),
+            "bytes": ev["bytes"].to_numpy()[rows],
+            "dur_us": ev["dur"].to_numpy()[rows],
+            "ts_us": ev["ts"].to_numpy()[rows],
+            "window": ev["window"].to_numpy()[rows],
+            "corr": ev["corr"].to_numpy()[rows],
+        }
+    )
+    calls = launch_calls(ev).rename(columns={"rt": "row"})
+    calls["runtime_us"] = ev["dur"].to_numpy()[calls["row"].to_numpy()]
+    copies = copies.merge(calls, on=["window", "corr"], how="left")
+    has = copies["row"].notna().to_numpy()
+    copies["op"] = None
+    copies.loc[has, "op"] = issuing_ops(ev, copies.loc[has, "row"].to_numpy().astype(np.int64))
+    copies["runtime_us"] = copies["runtime_us"].fillna(0.0)
+    return copies[cols]
+
+
+def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For runtime-call rows: the name of the CPU op that made the call, or None (see ``links.enclosing_ops``)."""
+    ops = enclosing_ops(ev, rows)
+    out = np.full(len(rows), None, dtype=object)
+    found = ops >= 0
+    out[found] = name_strings(ev, ops[found])
+    return out
+
+
+def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
+    """Blocking runtime calls inside steps, grouped by step, call and the CPU op that made them."""
+    ev = rank.events
+    rows = sync_call_rows(ev, steps.gpu_index)
+    cols = ["step", "call", "op", "count", "total_us"]
+    if not len(rows):
+        return pd.DataFrame(columns=cols)
+    ts = ev["ts"].to_numpy()[rows]
+    st = steps.table
+    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
+    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    rows, k = rows[ok], k[ok]
+    df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": name_strings(ev, rows),
+                       "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows]})
+    df["op"] = df["op"].fillna("(no op: torch.cuda.synchronize or C++)")
+    g = df.groupby(["step", "call", "op"], sort=False)["dur"].agg(["count", "sum"]).reset_index()
+    return g.rename(columns={"sum": "total_us"})[cols]
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def analyze_ranks(trace: Trace, config: Config = DEFAULT) -> list[RankAnalysis]:
+    return [analyze_rank(r, config) for r in trace.ranks]

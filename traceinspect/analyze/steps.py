@@ -1,0 +1,125 @@
+"""Steps of a rank, and which step each GPU activity belongs to.
+
+A step is a CPU ``ProfilerStep#N`` user annotation. torch also writes a ``gpu_user_annotation`` copy of each on the
+GPU timeline; it is ignored, so no step is counted twice. A window (file) without ProfilerStep is one step.
+
+The step window used for attribution (documented in docs/metrics.md):
+
+    start_N = max(cpu_start_N, end_{N-1})           (windows never overlap: nothing is counted twice)
+    end_N   = max(cpu_end_N, end of the last GPU activity launched by step N)
+
+so a step owns the GPU tail of the work it launched, and a GPU that lags the CPU does not show as idle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..load.trace import Kind, RankTrace
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One row per step: step, window, cpu_start, cpu_end, start, end, synthetic (no ProfilerStep in the trace)."""
+
+    table: pd.DataFrame
+    main_tid: int | None  # the thread that ran the training loop (holds the ProfilerStep annotations)
+    gpu_step: np.ndarray  # for each GPU event (rank.events rows with kind >= KERNEL): its step index or -1
+    gpu_index: np.ndarray  # row positions of those GPU events in rank.events
+
+
+def gpu_rows(ev: pd.DataFrame) -> np.ndarray:
+    return np.flatnonzero(ev["kind"].to_numpy() >= int(Kind.KERNEL))
+
+
+def find_steps(rank: RankTrace) -> Steps:
+    ev = rank.events
+    kind = ev["kind"].to_numpy()
+    names = ev["name"]
+    is_ann = kind == int(Kind.USER_ANNOTATION)
+    cats = names.cat.categories
+    step_codes = {i: int(m.group(1)) for i, c in enumerate(cats) if isinstance(c, str) and (m := _STEP_RE.match(c))}
+    codes = names.cat.codes.to_numpy()
+    rows = np.flatnonzero(is_ann & np.isin(codes, list(step_codes))) if step_codes else np.empty(0, int)
+    if len(rows):
+        t = pd.DataFrame(
+            {
+                "step": [step_codes[c] for c in codes[rows]],
+                "window": ev["window"].to_numpy()[rows].astype(int),
+                "cpu_start": ev["ts"].to_numpy()[rows],
+                "cpu_end": ev["ts"].to_numpy()[rows] + ev["dur"].to_numpy()[rows],
+                "synthetic": False,
+            }
+        )
+        main_tid = int(pd.Series(ev["tid"].to_numpy()[rows]).mode().iloc[0])
+        # The same step can be written twice (e.g. a nested record); keep the outermost.
+        t = t.sort_values(["step", "cpu_start"]).groupby("step", as_index=False).agg(
+            window=("window", "first"), cpu_start=("cpu_start", "min"), cpu_end=("cpu_end", "max"),
+            synthetic=("synthetic", "first"))
+    else:
+        # No ProfilerStep: each window is one step spanning its events.
+        g = ev.assign(end=ev["ts"] + ev["dur"]).groupby("window")
+        t = pd.DataFrame({"cpu_start": g["ts"].min(), "cpu_end": g["end"].max()}).reset_index()
+        t["step"] = t["window"].astype(int)
+        t["synthetic"] = True
+        main_tid = None
+    t = t.sort_values("cpu_start").reset_index(drop=True)
+
+    gidx = gpu_rows(ev)
+    gpu_step = _launch_steps(ev, gidx, t)
+    # Step ends: the last end of GPU work each step launched.
+    gts = ev["ts"].to_numpy()[gidx]
+    gend = gts + ev["dur"].to_numpy()[gidx]
+    nsteps = len(t)
+    gpu_end = np.full(nsteps, -np.inf)
+    ok = gpu_step >= 0
+    if ok.any():
+        np.maximum.at(gpu_end, gpu_step[ok], gend[ok])
+    start = t["cpu_start"].to_numpy().copy()
+    end = np.maximum(t["cpu_end"].to_numpy(), gpu_end)
+    win = t["window"].to_numpy()
+    for i in range(1, nsteps):
+        if win[i] == win[i - 1]:
+            start[i] = max(start[i], end[i - 1])
+        end[i] = max(end[i], start[i])
+    t["start"] = start
+    t["end"] = end
+    # GPU events no step launched (e.g. launched before the first step) go to the window they start in.
+    if (~ok).any() and nsteps:
+        k = np.searchsorted(start, gts[~ok], side="right") - 1
+        inside = (k >= 0) & (gts[~ok] < end[np.clip(k, 0, None)])
+        fill = np.where(inside, k, -1)
+        gpu_step = gpu_step.copy()
+        gpu_step[~ok] = fill
+    return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx)
+
+
+def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Step index of the runtime call that launched each GPU event (joined on window + correlation), or -1."""
+    out = np.full(len(gidx), -1, np.int64)
+    if not len(gidx) or not len(steps):
+        return out
+    kind = ev["kind"].to_numpy()
+    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
+    if not len(rt):
+        return out
+    rts = ev["ts"].to_numpy()[rt]
+    cs = steps["cpu_start"].to_numpy()
+    ce = steps["cpu_end"].to_numpy()
+    order = np.argsort(cs)
+    k = np.searchsorted(cs[order], rts, side="right") - 1
+    kk = order[np.clip(k, 0, None)]
+    in_step = (k >= 0) & (rts < ce[kk]) & (ev["window"].to_numpy()[rt] == steps["window"].to_numpy()[kk])
+    launch = pd.DataFrame(
+        {"window": ev["window"].to_numpy()[rt][in_step], "corr": ev["corr"].to_numpy()[rt][in_step], "step": kk[in_step]}
+    ).drop_duplicates(["window", "corr"])
+    g = pd.DataFrame({"window": ev["window"].to_numpy()[gidx], "corr": ev["corr"].to_numpy()[gidx], "pos": np.arange(len(gidx))})
+    m = g.merge(launch, on=["window", "corr"], how="inner")
+    out[m["pos"].to_numpy()] = m["step"].to_numpy()
+    return out

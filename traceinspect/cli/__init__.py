@@ -1,0 +1,1 @@
+"""The command line: ``main`` (report, rules, explain and the entry point), ``diff``, ``capture`` (capture, demo)."""

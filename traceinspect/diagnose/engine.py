@@ -1,0 +1,102 @@
+"""Per-rank summaries -> Report: the cross-rank stage, then every rule.
+
+Nothing here touches raw events: it runs on the ``RankAnalysis`` summaries the per-rank stage made, wherever that
+stage ran (local processes or a Dask cluster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..analyze.rank import RankAnalysis, analyze_ranks
+from ..config import Config, DEFAULT
+from ..load.trace import Skipped, Trace
+from .finding import Finding, severity_rank
+
+
+@dataclass
+class Report:
+    source: str
+    ranks: list[RankAnalysis]
+    findings: list[Finding]
+    skipped: list[Skipped]
+    world_size: int | None
+    cross_rank: dict = field(default_factory=dict)
+    config: Config = DEFAULT
+    missing_ranks: list[int] = field(default_factory=list)  # ranks the world size promises but no file provided
+    errors: list[str] = field(default_factory=list)  # analyses or rules that failed; the rest of the report stands
+
+    # Python API conveniences -------------------------------------------------------------------------------
+    @property
+    def steps(self) -> pd.DataFrame:
+        """All ranks' step tables in one DataFrame (column ``rank`` added)."""
+        frames = [r.steps.assign(rank=r.rank) for r in self.ranks]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    @property
+    def findings_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([f.to_dict() for f in self.findings])
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A per-rank table (e.g. "kernels", "collectives") of all ranks, with a ``rank`` column."""
+        frames = [r.tables[name].assign(rank=r.rank) for r in self.ranks if name in r.tables]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def to_dict(self) -> dict:
+        from ..report.build import report_to_dict
+
+        return report_to_dict(self)
+
+
+
+def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world_size: int | None,
+           config: Config = DEFAULT) -> Report:
+    """The cross-rank stage and the rules, on per-rank summaries only."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    skipped = list(skipped)
+    ranks, world_size = _drop_other_runs(ranks, skipped, world_size)
+    have = {r.rank for r in ranks}
+    missing = [r for r in range(world_size or 0) if r not in have]
+    report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
+                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors])
+    try:
+        from ..analyze.cross_rank import cross_rank_analysis
+    except ImportError:
+        cross_rank_analysis = None
+    if cross_rank_analysis is not None and len(ranks) > 1:
+        report.cross_rank = cross_rank_analysis(ranks, config)
+    from . import all_rules
+
+    findings: list[Finding] = []
+    for rule in all_rules():
+        try:
+            findings.extend(rule.check(report, config))
+        except Exception as exc:  # a broken rule must not take the report down with it
+            report.errors.append(f"rule {rule.ID} failed: {type(exc).__name__}: {exc}")
+    order = {m.ID: i for i, m in enumerate(all_rules())}
+    findings.sort(key=lambda f: (-severity_rank(f.severity), order.get(f.id, 99)))
+    report.findings = findings
+    return report
+
+
+def _drop_other_runs(ranks: list[RankAnalysis], skipped: list[Skipped], world_size):
+    """Files from different runs in one folder: keep the ranks that agree with the majority's world size."""
+    worlds = [r.world_size for r in ranks if r.world_size]
+    if len(set(worlds)) <= 1:
+        return ranks, world_size
+    majority = max(set(worlds), key=lambda w: (worlds.count(w), w))
+    keep = []
+    for r in ranks:
+        if r.world_size and r.world_size != majority:
+            for f in r.files:
+                skipped.append(Skipped(file=f, reason=f"from another run: world size {r.world_size}, the others {majority}"))
+        else:
+            keep.append(r)
+    return keep, majority
+
+
+def analyze(trace: Trace, config: Config = DEFAULT) -> Report:
+    """Analyze a loaded trace: per-rank stage, cross-rank stage, rules."""
+    return finish(trace.source, analyze_ranks(trace, config), trace.skipped, trace.world_size, config)

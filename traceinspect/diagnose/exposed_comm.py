@@ -1,0 +1,119 @@
+"""exposed-comm: communication the step waits for, not hidden behind compute.
+
+**Detects**, per step, the communication time nothing else overlaps (``comm_exposed_us``; GPU runs: the timeline's
+exposed communication ``bd_comm_exposed``, when an NCCL kernel runs and no compute kernel does; CPU/gloo runs: the
+training thread's time in collective calls plus the time it waits for each backward pass's last all-reduce), minus
+the time this rank spent *waiting for other ranks* inside collectives (``wait_us`` of the cross-rank analysis: a
+straggler's cost, reported by the ``straggler`` rule, not a communication cost). See docs/communication.md.
+
+**Condition**: the mean of that communication cost over the steps is at least ``comm_exposed_share_warning``
+(10 %) of the step's wall time (*critical* at ``comm_exposed_share_critical``, 30 %). Why 10 %: DDP overlaps
+gradient all-reduces with the backward pass; a well-overlapped step exposes only the last bucket's all-reduce,
+a few percent of the step. Above 10 % the interconnect or the bucket layout is a first-order cost.
+
+The evidence separates two parts:
+
+* the **tail** (``comm_tail_us``): from the end of the last backward compute to the end of the last gradient
+  all-reduce. It blocks the optimizer step directly; fewer, bigger buckets and a faster interconnect shrink it,
+  and ``gradient_as_bucket_view=True`` removes the copy-back after it;
+* the **rest**: exposed communication elsewhere (forward-side collectives such as DDP's buffer broadcasts,
+  all-reduces running while the GPU waits for the CPU to launch work). Not all of it is the interconnect's fault:
+  if the GPU is idle for CPU reasons, the fix is on the CPU side (see ``gpu-idle``, ``host-sync``).
+
+**Why it matters**: every exposed microsecond is a microsecond the accelerators compute nothing.
+
+**Fix**::
+
+    model = DistributedDataParallel(model, device_ids=[local_rank],
+                                    bucket_cap_mb=50,              # fewer, bigger buckets (see small-buckets)
+                                    gradient_as_bucket_view=True,  # no copy between grads and buckets
+                                    static_graph=True)             # if the graph does not change between steps
+    # and never block the overlap: no loss.item() / .cpu() / print(tensor) inside the backward or accumulation
+    # loop (log every N steps); with accumulation, use model.no_sync() on all micro-batches but the last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .finding import Finding
+
+ID = "exposed-comm"
+TITLE = "Communication not hidden behind compute"
+
+FIX = (
+    "model = DistributedDataParallel(model, device_ids=[local_rank],\n"
+    "                                bucket_cap_mb=50,              # fewer, bigger buckets\n"
+    "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
+    "                                static_graph=True)             # if the graph is the same every step\n"
+    "# no loss.item() / .cpu() / print(tensor) inside backward or the accumulation loop; log every N steps\n"
+    "# with gradient accumulation: model.no_sync() on all micro-batches but the last"
+)
+
+
+def _waits(report) -> dict:
+    out = {}
+    for w in (report.cross_rank or {}).get("wait", []) or []:
+        out[(int(w["rank"]), int(w["step"]))] = float(w["wait_us"] or 0.0)
+    return out
+
+
+def check(report, config) -> list[Finding]:
+    warn = getattr(config, "comm_exposed_share_warning", 0.10)
+    crit = getattr(config, "comm_exposed_share_critical", 0.30)
+    waits = _waits(report)
+    per_rank = []
+    for ra in report.ranks:
+        s = ra.steps
+        if "comm_exposed_us" not in s or not len(s) or s["comm_exposed_us"].isna().all():
+            continue
+        if "comm_calls" in s and (s["comm_calls"] == 0).all():
+            continue
+        exposed = s["comm_exposed_us"].to_numpy(dtype=float)
+        wait = np.array([waits.get((ra.rank, int(st)), 0.0) for st in s["step"]])
+        cost = np.maximum(0.0, np.nan_to_num(exposed) - wait)
+        wall = s["wall_us"].to_numpy(dtype=float)
+        share = np.where(wall > 0, cost / np.where(wall > 0, wall, 1), np.nan)
+        mean_share = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0
+        if mean_share < warn:
+            continue
+        tail = s["comm_tail_us"].to_numpy(dtype=float) if "comm_tail_us" in s else np.full(len(s), np.nan)
+        tail_total = s["comm_tail_total_us"].to_numpy(dtype=float) if "comm_tail_total_us" in s else tail
+        tails = np.nan_to_num(tail_total)
+        per_rank.append({
+            "rank": ra.rank,
+            "basis": ra.basis,
+            "steps": [int(x) for x, sh in zip(s["step"], share) if np.isfinite(sh) and sh >= warn],
+            "exposed_comm_us_per_step": float(np.nanmean(exposed)),
+            "waiting_for_other_ranks_us_per_step": float(np.mean(wait)),
+            "comm_cost_us_per_step": float(np.mean(cost)),
+            "share_of_step": mean_share,
+            "tail_us_per_step": float(np.nanmean(tail)) if np.isfinite(tail).any() else None,
+            "tails_all_rounds_us_per_step": float(np.nanmean(tail_total)) if np.isfinite(tail_total).any() else None,
+            "rest_us_per_step": float(np.mean(np.maximum(0.0, cost - np.minimum(tails, cost)))),
+            "wall_us_per_step": float(np.nanmean(wall)),
+            "allreduce_busbw_gbps": float(np.nanmedian(s["allreduce_busbw_gbps"]))
+            if "allreduce_busbw_gbps" in s and s["allreduce_busbw_gbps"].notna().any() else None,
+            "comm_calls_per_step": float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
+        })
+    if not per_rank:
+        return []
+    worst = max(per_rank, key=lambda e: e["share_of_step"])
+    sev = "critical" if worst["share_of_step"] >= crit else "warning"
+    extra_ev = {}
+    world = report.world_size or max((ra.world_size or 1) for ra in report.ranks)
+    if not (report.cross_rank or {}).get("wait") and world and world > 1:
+        extra_ev["note"] = ("the other ranks' traces are not here, so waiting for them could not be told apart from "
+                            "communication: part of this time may be a straggler's")
+    title = (f"{worst['comm_cost_us_per_step'] / 1000:.1f} ms of communication per step is not overlapped "
+             f"({100 * worst['share_of_step']:.0f} % of the step, rank {worst['rank']})")
+    return [Finding(
+        id=ID, severity=sev, title=title,
+        ranks=sorted(e["rank"] for e in per_rank),
+        steps=sorted({x for e in per_rank for x in e["steps"]}),
+        evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
+                  **extra_ev},
+        fix=FIX,
+        time_at_stake_us=worst["comm_cost_us_per_step"],
+        docs=f"traceinspect explain {ID}",
+    )]

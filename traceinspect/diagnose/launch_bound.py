@@ -1,0 +1,111 @@
+"""launch-bound: the GPU waits on the CPU, which cannot issue short kernels as fast as the GPU runs them.
+
+**Detects** steps where the GPU sits idle between kernels while the training process is neither waiting for
+data nor blocked in a sync (``idle_other_us``, see docs/metrics.md), and the kernels are shorter than the CPU
+time spent per kernel: the CPU thread issues one kernel per PyTorch op (Python, the dispatcher, then a launch
+call of a few microseconds), so when kernels run for a couple of microseconds the GPU drains its queue and waits.
+
+**Condition**, per step (the rule fires when at least half of a rank's steps meet it):
+
+- at least ``launch_bound_min_kernels`` (20) kernels in the step;
+- idle time not explained by data or syncs, ``idle_other_us``, is at least ``launch_bound_idle_share`` (20 %) of
+  the step (*critical* at ``launch_bound_idle_share_critical``, 50 %): that much of the step is recoverable
+  without touching the data pipeline;
+- the median compute kernel is shorter than the CPU time per kernel (``(cpu_step_us - dataloader_us - sync_us)
+  / kernel_count``: the CPU time the step had for issuing work, per kernel): the GPU finishes a typical kernel
+  before the CPU has produced the next one.
+
+**Evidence**: kernels per step, median kernel time, short kernels (< ``short_kernel_us``, 10 us), launch calls
+per step (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernelEx``,
+``cudaGraphLaunch``...), CPU time inside those calls per launch, CPU time per kernel, the idle time, and the
+nvidia-smi view of the step (share of the step with a kernel running). **Time at stake**: ``idle_other_us``.
+
+**Fix**: fewer, larger kernels per unit of work::
+
+    model = torch.compile(model)                       # fuses elementwise ops; mode="reduce-overhead" adds CUDA graphs
+    loader = DataLoader(dataset, batch_size=4 * bs)    # more work per kernel (scale the learning rate)
+    opt = torch.optim.AdamW(params, fused=True)        # one kernel for all parameters
+
+or capture the static part of the step in a CUDA graph (``torch.cuda.graphs``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .finding import Finding
+from ._util import mean, severity_for, step_ids
+
+ID = "launch-bound"
+TITLE = "The GPU waits on kernel launches"
+
+FIX = (
+    'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n'
+    "# larger batch per step; torch.optim.AdamW(params, fused=True)"
+)
+
+
+def check(report, config) -> list[Finding]:
+    warn = getattr(config, "launch_bound_idle_share", 0.20)
+    crit = getattr(config, "launch_bound_idle_share_critical", 0.50)
+    min_kernels = getattr(config, "launch_bound_min_kernels", 20)
+    per_rank, ranks, steps = [], [], set()
+    worst = None
+    for ra in report.ranks:
+        s = ra.steps
+        need = ("idle_other_us", "kernel_count", "median_kernel_us", "cpu_step_us")
+        if ra.basis != "gpu" or not len(s) or any(c not in s for c in need):
+            continue
+        wall = s["wall_us"].where(s["wall_us"] > 0)
+        share = (s["idle_other_us"] / wall).fillna(0.0)
+        kernels = s["kernel_count"].astype(float)
+        # CPU time the training process had for issuing work: its step minus data waits and blocked syncs.
+        issue_us = s["cpu_step_us"] - s.get("dataloader_us", 0.0) - s.get("sync_us", 0.0)
+        cpu_per_kernel = issue_us.clip(lower=0.0) / kernels.where(kernels > 0)
+        mask = ((kernels >= min_kernels) & (share >= warn) & (s["median_kernel_us"] < cpu_per_kernel)).fillna(False)
+        mask = mask.to_numpy()
+        if not mask.any() or mask.sum() * 2 < len(s):
+            continue
+        sel = s[mask]
+        sh = mean(share[mask])
+        idle = mean(sel["idle_other_us"])
+        sev = severity_for(sh, warn, crit) or "warning"
+        launches = mean(sel["launch_count"]) if "launch_count" in sel else None
+        launch_us = mean(sel["launch_call_us"]) if "launch_call_us" in sel else None
+        if worst is None or sh > worst[0]:
+            worst = (sh, sev, ra.rank, idle, mean(sel["kernel_count"]), mean(sel["median_kernel_us"]),
+                     mean(cpu_per_kernel[mask]))
+        per_rank.append({
+            "rank": ra.rank,
+            "steps": step_ids(s, mask),
+            "kernels_per_step": mean(sel["kernel_count"]),
+            "median_kernel_us": mean(sel["median_kernel_us"]),
+            "short_kernels_per_step": mean(sel["short_kernel_count"]) if "short_kernel_count" in sel else None,
+            "launch_calls_per_step": launches,
+            "launch_call_us_per_step": launch_us,
+            "cpu_us_per_launch_call": (launch_us / launches) if launches else None,
+            "cpu_us_per_kernel": mean(cpu_per_kernel[mask]),
+            "cpu_step_us": mean(sel["cpu_step_us"]),
+            "cpu_issue_us": mean(issue_us[mask]),
+            "idle_other_us_per_step": idle,
+            "idle_other_share": sh,
+            "smi_util": mean(sel["smi_util"]) if "smi_util" in sel else None,
+        })
+        ranks.append(ra.rank)
+        steps.update(step_ids(s, mask))
+    if not per_rank:
+        return []
+    sh, sev, rank, idle, kern, med, cpk = worst
+    return [Finding(
+        id=ID,
+        severity=sev,
+        title=(f"GPU waits on launches {100 * sh:.0f} % of the step (rank {rank}): {kern:.0f} kernels/step, "
+               f"median {med:.1f} us on the GPU vs {cpk:.1f} us of CPU per kernel"),
+        ranks=sorted(ranks),
+        steps=sorted(steps),
+        evidence={"per_rank": per_rank, "threshold_idle_share": warn, "threshold_idle_share_critical": crit,
+                  "min_kernels_per_step": min_kernels},
+        fix=FIX,
+        time_at_stake_us=float(np.mean([r["idle_other_us_per_step"] for r in per_rank])),
+        docs=f"traceinspect explain {ID}",
+    )]

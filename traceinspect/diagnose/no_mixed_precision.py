@@ -1,0 +1,110 @@
+"""no-mixed-precision: matrix work runs in plain fp32 on a GPU with bf16/TF32 tensor cores.
+
+**Detects** GEMM, convolution and attention kernels that compute in fp32 on CUDA cores (``sgemm``,
+``simt_sgemm``, ``xmma_gemm_f32f32_f32f32_..._ffma``, ``scudnn``, winograd / FFT convolutions,
+``fmha_cutlass*_f32``), on a device of compute capability 8.0 or newer (A100, H100/H200, L4, RTX 30xx+), where
+bf16 and TF32 tensor cores exist. TF32 kernels (``tensorop_s1688gemm``, ``xmma_gemm_f32f32_tf32f32``,
+``nvjet_sss_tf32``) and 16-bit kernels do not count: they already use tensor cores. How each kernel's precision
+is decided (its name first, the launching op's ``Input type`` when shapes were recorded): docs/rules-precision.md.
+
+**Condition**: in at least half of a rank's steps, fp32 matrix kernels take at least ``fp32_matmul_share_warning``
+(20 %) of the step's compute-kernel time (*critical* at ``fp32_matmul_share_critical``, 50 %). Why 20 %: a
+bf16 tensor-core GEMM runs 8-16x faster than an FFMA one on these parts (A100: 312 vs 19.5 dense TFLOP/s;
+H100/H200 SXM: 989 vs 67), so at 20 % of kernel time the fix returns well over a sixth of the GPU's compute
+time; below that the fp32 work is usually deliberate (a loss, a norm, a tiny head) and not worth a precision
+review. The rule never fires below compute capability 8.0 (V100 has fp16 tensor cores but no bf16/TF32) nor on
+CPU-only traces.
+
+**Evidence**: per rank, fp32 / TF32 / 16-bit matrix time per step and the fp32 share, the top fp32 kernels with
+the op that launched them, the device and its compute capability. **Time at stake**: 75 % of the fp32 matrix
+time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck.
+
+**Fix**::
+
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()            # no GradScaler needed with bf16
+
+Where fp32 must stay (numerics), let it run on TF32 tensor cores::
+
+    torch.backends.cuda.matmul.allow_tf32 = True    # or torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .finding import Finding
+from ._util import mean, severity_for, step_ids
+
+ID = "no-mixed-precision"
+TITLE = "Matrix work in plain fp32 on a GPU with tensor cores"
+
+FIX = (
+    'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
+    "    loss = loss_fn(model(x), y)\n"
+    "# where fp32 must stay: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True"
+)
+SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservatively (4x)
+
+
+def check(report, config) -> list[Finding]:
+    warn = getattr(config, "fp32_matmul_share_warning", 0.20)
+    crit = getattr(config, "fp32_matmul_share_critical", 0.50)
+    per_rank, ranks, steps = [], [], set()
+    worst = None
+    for ra in report.ranks:
+        s = ra.steps
+        cc = ra.compute_capability
+        if ra.basis != "gpu" or not cc or tuple(cc)[0] < 8 or "matmul_fp32_us" not in s or not len(s):
+            continue
+        kernel_us = s["compute_kernel_time_us"].where(s["compute_kernel_time_us"] > 0)
+        share = (s["matmul_fp32_us"] / kernel_us).fillna(0.0)
+        mask = (share >= warn).to_numpy()
+        if mask.sum() * 2 < len(s):
+            continue
+        sel = s[mask]
+        sh = mean(share[mask])
+        fp32_us = mean(sel["matmul_fp32_us"])
+        sev = severity_for(sh, warn, crit) or "warning"
+        kt = ra.tables.get("matmul_kernels")
+        top = []
+        if kt is not None and len(kt):
+            k = kt[kt["precision"] == "fp32"].head(5)
+            nsteps = max(len(s), 1)
+            top = [{"kernel": r["name"], "family": r["family"], "op": r["op"], "source": r["source"],
+                    "us_per_step": float(r["total_us"]) / nsteps} for _, r in k.iterrows()]
+        if worst is None or sh > worst[0]:
+            worst = (sh, sev, ra.rank, fp32_us, ra.device)
+        per_rank.append({
+            "rank": ra.rank,
+            "device": ra.device,
+            "compute_capability": list(cc),
+            "steps": step_ids(s, mask),
+            "fp32_matmul_us_per_step": fp32_us,
+            "tf32_matmul_us_per_step": mean(sel["matmul_tf32_us"]),
+            "matmul_16bit_us_per_step": mean(sel["matmul_16bit_us"]),
+            "matmul_us_per_step": mean(sel["matmul_us"]),
+            "compute_kernel_us_per_step": mean(sel["compute_kernel_time_us"]),
+            "fp32_share_of_kernel_time": sh,
+            "top_fp32_kernels": top,
+        })
+        ranks.append(ra.rank)
+        steps.update(step_ids(s, mask))
+    if not per_rank:
+        return []
+    sh, sev, rank, fp32_us, device = worst
+    return [Finding(
+        id=ID,
+        severity=sev,
+        title=(f"fp32 matrix kernels take {100 * sh:.0f} % of GPU kernel time ({fp32_us / 1000:.2f} ms/step, "
+               f"rank {rank}{', ' + device if device else ''}): no autocast, no TF32"),
+        ranks=sorted(ranks),
+        steps=sorted(steps),
+        evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
+                  "assumed_saving": SAVING},
+        fix=FIX,
+        time_at_stake_us=float(np.mean([r["fp32_matmul_us_per_step"] for r in per_rank])) * SAVING,
+        docs=f"traceinspect explain {ID}",
+    )]

@@ -1,0 +1,111 @@
+"""optimizer-not-fused: the optimizer updates one parameter at a time, or zero_grad writes zeros.
+
+**Detects**, inside the profiler's ``Optimizer.step#<Optimizer>.step`` and ``Optimizer.zero_grad#...`` records of
+each step (CPU ops on the same thread):
+
+- *the per-parameter path* (``foreach=False``: ``_single_tensor_adamw``, ``_single_tensor_adam``,
+  ``_single_tensor_sgd``...): the step runs ops but no ``aten::_foreach_*`` or ``aten::_fused_*`` op and, on a
+  GPU, launches no multi-tensor kernel (``multi_tensor_apply``). Each parameter then costs several ops and kernel
+  launches (AdamW: about eight) instead of a few launches for all of them. Python function names such as
+  ``_single_tensor_adamw`` are only recorded with ``with_stack``; the rule does not need them but reports them
+  when present. Optimizers named ``Fused*`` (apex, DeepSpeed) count as fused;
+- *zeroing gradients* (``zero_grad(set_to_none=False)``): ``aten::zero_`` / ``aten::_foreach_zero_`` (with
+  ``aten::fill_`` inside) in ``zero_grad``: a pass that writes every gradient, and makes the next backward
+  accumulate into memory instead of writing it.
+
+**Condition**: either pattern in at least one step (the per-parameter path needs at least
+``optimizer_min_ops`` (4) ops in the step, so an empty step does not count). Severity: *warning* when the CPU
+time inside these records is at least ``optimizer_share_warning`` (5 %) of the step's CPU time, *info* below.
+Works on CPU-only traces too (there ``fused=True`` AdamW/Adam/SGD also exist, torch >= 2.4).
+
+**Evidence**: per rank and optimizer, ops per step inside ``Optimizer.step`` (foreach / fused / other), kernels
+it launched and their GPU time, its CPU time; for ``zero_grad``, the zeroing ops, kernels and time. **Time at
+stake**: the CPU time inside the flagged records (an upper bound: a fused step takes a small part of it).
+
+**Fix**::
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # or foreach=True
+    ...
+    opt.zero_grad(set_to_none=True)                                  # the default since torch 2.0
+"""
+
+from __future__ import annotations
+
+from .finding import Finding
+
+ID = "optimizer-not-fused"
+TITLE = "Per-parameter optimizer step or zero-filled gradients"
+
+FIX = (
+    "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"
+    "opt.zero_grad(set_to_none=True)"
+)
+
+
+def _per_parameter(row) -> bool:
+    if row["single_tensor_ops"] > 0:
+        return True
+    if "fused" in str(row["optimizer"]).lower():
+        return False
+    return row["foreach_ops"] == 0 and row["fused_ops"] == 0 and row["multi_tensor_kernels"] == 0
+
+
+def check(report, config) -> list[Finding]:
+    warn = getattr(config, "optimizer_share_warning", 0.05)
+    min_ops = getattr(config, "optimizer_min_ops", 4)
+    per_rank, ranks, steps = [], [], set()
+    worst_share = 0.0
+    kinds_found = set()
+    for ra in report.ranks:
+        opt = ra.tables.get("optimizer")
+        s = ra.steps
+        if opt is None or not len(opt) or not len(s):
+            continue
+        opt = opt[opt["step"].isin(s["step"])]
+        st = opt[(opt["kind"] == "step") & (opt["ops"] >= min_ops)]
+        single = st[st.apply(_per_parameter, axis=1)] if len(st) else st
+        zg = opt[(opt["kind"] == "zero_grad") & (opt["zero_ops"] > 0)]
+        if not len(single) and not len(zg):
+            continue
+        nsteps = len(s)
+        cpu_step = float(s["cpu_step_us"].mean()) if "cpu_step_us" in s else float(s["wall_us"].mean())
+        flagged_cpu = (float(single["cpu_us"].sum()) + float(zg["cpu_us"].sum())) / nsteps
+        share = flagged_cpu / max(cpu_step, 1e-9)
+        worst_share = max(worst_share, share)
+        entry = {"rank": ra.rank, "basis": ra.basis, "share_of_step_cpu": share, "flagged_cpu_us_per_step": flagged_cpu}
+        if len(single):
+            kinds_found.add("per-parameter")
+            g = single.groupby("optimizer")[["calls", "cpu_us", "ops", "foreach_ops", "fused_ops",
+                                              "single_tensor_ops", "kernel_count", "multi_tensor_kernels",
+                                              "gpu_us"]].sum() / nsteps
+            entry["per_parameter_step"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+        if len(zg):
+            kinds_found.add("zero-fill")
+            g = zg.groupby("optimizer")[["calls", "cpu_us", "zero_ops", "kernel_count", "gpu_us"]].sum() / nsteps
+            entry["zero_grad_fills"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+        entry["steps"] = sorted(int(x) for x in set(single["step"]) | set(zg["step"]))
+        per_rank.append(entry)
+        ranks.append(ra.rank)
+        steps.update(entry["steps"])
+    if not per_rank:
+        return []
+    r0 = max(per_rank, key=lambda r: r["share_of_step_cpu"])
+    parts = []
+    if "per-parameter" in kinds_found:
+        name, v = next(iter((r0.get("per_parameter_step") or {"optimizer": {"ops": 0, "kernel_count": 0}}).items()))
+        what = f"{v['ops']:.0f} ops" + (f", {v['kernel_count']:.0f} kernels" if v["kernel_count"] else "")
+        parts.append(f"{name} steps one parameter at a time ({what} per step)")
+    if "zero-fill" in kinds_found:
+        parts.append("zero_grad fills gradients with zeros")
+    return [Finding(
+        id=ID,
+        severity="warning" if worst_share >= warn else "info",
+        title="; ".join(parts) + f" ({100 * r0['share_of_step_cpu']:.1f} % of the step's CPU time, rank {r0['rank']})",
+        ranks=sorted(ranks),
+        steps=sorted(steps),
+        evidence={"per_rank": per_rank, "patterns": sorted(kinds_found), "threshold_share_warning": warn,
+                  "min_ops": min_ops},
+        fix=FIX,
+        time_at_stake_us=max(r["flagged_cpu_us_per_step"] for r in per_rank),
+        docs=f"traceinspect explain {ID}",
+    )]

@@ -1,0 +1,119 @@
+"""straggler: one rank arrives late at the collectives and every other rank waits for it.
+
+**Detects**, from the cross-rank analysis (docs/communication.md): each collective matched on every rank, the
+rank that arrived last (latest start of its NCCL kernel / gloo work, or latest CPU issue where there is no
+execution record), and the time the other ranks spent waiting inside the collective for it.
+
+**Condition**: one rank is last in at least ``straggler_min_last_share`` (60 %) of the matched collectives
+(ranks that take turns being last are noise, not a straggler), and the waiting it causes, net of the waiting
+the other ranks cause (mutual waiting cancels out), is at least ``straggler_min_skew_us`` (500 us) per step and
+at least ``straggler_skew_share_warning`` (5 %) of the step (*critical* at ``straggler_skew_share_critical``,
+20 %). Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work
+sets the pace of the whole job: a data-parallel step is as slow as its slowest rank.
+
+**Why it matters**: the fast ranks' GPUs sit in NCCL kernels (or gloo waits) doing nothing. That time looks like
+communication in their profiles but is waiting: a faster interconnect would not help, fixing the late rank
+would.
+
+**The cause**: the late rank's per-step numbers are compared with the median of the other ranks (DataLoader
+wait, host-to-device copies, host syncs, GPU compute, CPU forward / backward / optimizer / other); the largest
+excess is named. Waiting shows up on the other ranks, so the late rank's excess is what made it late.
+
+**Evidence**: the rank, how often last, mean and max arrival skew (us and share of the step), the waiting it
+causes per step, the cause with both sides' numbers, and every candidate compared.
+
+**Fix** (by cause)::
+
+    # DataLoader: give the slow rank's input pipeline the same speed as the others
+    loader = DataLoader(ds, num_workers=8, persistent_workers=True, prefetch_factor=4, pin_memory=True)
+    # uneven work (variable sequence lengths): bucket samples by length so every rank gets similar work
+    # rank-0-only work (logging, checkpointing, evaluation): make it asynchronous or spread it over ranks
+    # slow device or host: check clocks / thermal throttling / noisy neighbours on that rank's machine
+"""
+
+from __future__ import annotations
+
+from .finding import Finding
+
+ID = "straggler"
+TITLE = "One rank holds the others back at every collective"
+
+FIXES = {
+    "dataloader_us": (
+        "# rank {r} waits longer for its batches than the others: speed up its input pipeline\n"
+        "loader = DataLoader(ds, batch_size=..., num_workers=8, persistent_workers=True,\n"
+        "                    prefetch_factor=4, pin_memory=True)\n"
+        "# and check that rank's data shard / storage (slow disk, remote files, expensive samples)"),
+    "h2d_time_us": (
+        "# rank {r} spends longer copying inputs to the GPU: pin host memory and copy asynchronously\n"
+        "loader = DataLoader(ds, ..., pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)"),
+    "sync_us": (
+        "# rank {r} blocks on host-device syncs the others do not: remove .item() / .cpu() / print(tensor)\n"
+        "# from its step (rank-0-only logging is the usual culprit); log every N steps"),
+    "compute_kernel_time_us": (
+        "# rank {r} computes longer: uneven work (e.g. variable sequence lengths) or a slow GPU\n"
+        "# bucket samples by length so every rank gets similar work; check clocks / throttling (nvidia-smi -q -d PERFORMANCE)"),
+    "cpu_forward": "# rank {r} runs its forward slower: uneven inputs or a loaded CPU on its host",
+    "cpu_backward": "# rank {r} runs its backward slower: uneven inputs or a loaded CPU on its host",
+    "cpu_optimizer": "# rank {r} spends longer in the optimizer step: look for work only that rank does there",
+    "cpu_other": (
+        "# rank {r} does extra work on its training thread (logging, checkpointing, evaluation?)\n"
+        "# make it asynchronous or spread it over all ranks"),
+}
+GENERIC_FIX = "# find what rank {r} does that the others do not (compare its step breakdown with theirs)"
+
+
+def check(report, config) -> list[Finding]:
+    cr = report.cross_rank or {}
+    s = cr.get("straggler")
+    if not s:
+        return []
+    min_last = getattr(config, "straggler_min_last_share", 0.6)
+    warn = getattr(config, "straggler_skew_share_warning", 0.05)
+    crit = getattr(config, "straggler_skew_share_critical", 0.20)
+    min_us = getattr(config, "straggler_min_skew_us", 500.0)
+    r = s["rank"]
+    others = [p for p in cr.get("per_rank", []) if p["rank"] != r]
+    others_caused = max((p.get("caused_wait_per_step_us") or 0.0 for p in others), default=0.0)
+    net = (s.get("caused_wait_per_step_us") or 0.0) - others_caused
+    wall = s.get("step_wall_us") or 0.0
+    share = net / wall if wall > 0 else 0.0
+    if (s.get("last_share") or 0.0) < min_last or net < min_us or share < warn:
+        return []
+    sev = "critical" if share >= crit else "warning"
+    cause = s.get("cause")
+    why = f": {cause['label']} (+{cause['difference_us'] / 1000:.1f} ms per step vs the others)" if cause else ""
+    title = (f"Rank {r} arrives last at {s['last_count']} of {s['matched']} collectives; the others wait "
+             f"{net / 1000:.1f} ms per step ({100 * share:.0f} %){why}")
+    fix = FIXES.get(cause["metric"], GENERIC_FIX) if cause else GENERIC_FIX
+    steps = sorted({int(c["step"]) for c in cr.get("collectives", []) if c.get("last_rank") == r})
+    return [Finding(
+        id=ID, severity=sev, title=title,
+        ranks=[r],
+        steps=steps,
+        evidence={
+            "rank": r,
+            "last_count": s["last_count"],
+            "matched_collectives": s["matched"],
+            "last_share": s.get("last_share"),
+            "mean_skew_us": s.get("mean_skew_us"),
+            "mean_skew_share": s.get("mean_skew_share"),
+            "max_skew_us": s.get("max_skew_us"),
+            "caused_wait_per_step_us": s.get("caused_wait_per_step_us"),
+            "others_caused_wait_per_step_us": others_caused,
+            "net_wait_per_step_us": net,
+            "share_of_step": share,
+            "step_wall_us": wall,
+            "cause": cause,
+            "candidates": s.get("candidates", []),
+            "unmatched_collectives": cr.get("unmatched_count", 0),
+            "threshold_min_last_share": min_last,
+            "threshold_share_warning": warn,
+            "threshold_share_critical": crit,
+            "threshold_min_skew_us": min_us,
+        },
+        fix=fix.format(r=r),
+        time_at_stake_us=net,
+        docs=f"traceinspect explain {ID}",
+    )]

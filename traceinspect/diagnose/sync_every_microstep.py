@@ -1,0 +1,114 @@
+"""sync-every-microstep: with gradient accumulation, DDP all-reduces the gradients after every micro-batch.
+
+**Detects** optimizer steps (profiler steps) that run several backward passes (gradient accumulation over k
+micro-batches) and in which DDP's gradient all-reduces are issued in more than one of those passes: k rounds of
+gradient sync per optimizer step instead of one. A round is the set of gradient all-reduces issued during one
+backward pass; see docs/communication.md.
+
+**Condition** (per rank): in at least half of the steps, ``allreduce_rounds >= 2`` (with ``backward_passes >= 2``
+when the trace shows the backward passes). No threshold on size: every extra round sends the whole gradient
+again, for nothing; only the last micro-batch's all-reduce is needed, since the gradients of the earlier ones
+accumulate locally in ``.grad`` and are averaged by the last all-reduce. *critical* when the extra rounds' exposed
+time (their tails, which block the next micro-batch) is at least ``comm_exposed_share_critical`` of the step.
+
+**Why it matters**: ``(k - 1) / k`` of the gradient traffic is redundant, and on every micro-batch the backward
+pass ends waiting for its last bucket. ``model.no_sync()`` exists for exactly this: it tells DDP not to reduce,
+and the gradients accumulate locally until the one synchronized backward.
+
+**Evidence**: backward passes and rounds per step, buckets per round, gradient bytes per round, bytes per step
+that need not be sent (``(rounds - 1) x gradient bytes``), communication time of the redundant rounds, their
+exposed tails, and what the capture recorded (``accumulation_steps``, ``no_sync``).
+
+**Fix**::
+
+    for i, (x, y) in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss = loss_fn(model(x), y) / len(micro_batches)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .finding import Finding
+
+ID = "sync-every-microstep"
+TITLE = "Gradients all-reduced on every micro-batch (model.no_sync() missing)"
+
+FIX = (
+    "for i, (x, y) in enumerate(micro_batches):\n"
+    "    last = i == len(micro_batches) - 1\n"
+    "    with contextlib.nullcontext() if last else model.no_sync():\n"
+    "        loss = loss_fn(model(x), y) / len(micro_batches)\n"
+    "        loss.backward()\n"
+    "optimizer.step()\n"
+    "optimizer.zero_grad(set_to_none=True)"
+)
+
+
+def _med(x) -> float | None:
+    x = np.asarray(x, float)
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if len(x) else None
+
+
+def check(report, config) -> list[Finding]:
+    crit_share = getattr(config, "comm_exposed_share_critical", 0.30)
+    per_rank = []
+    for ra in report.ranks:
+        s = ra.steps
+        if "allreduce_rounds" not in s or not len(s):
+            continue
+        has_passes = (s["backward_passes"] > 0).any()
+        multi = (s["allreduce_rounds"] >= 2) & ((s["backward_passes"] >= 2) if has_passes else True)
+        if multi.sum() * 2 < len(s) or not multi.any():
+            continue
+        sel = s[multi]
+        rounds = int(np.median(sel["allreduce_rounds"]))
+        tails_extra = (sel["comm_tail_total_us"] - sel["comm_tail_us"]).to_numpy(dtype=float)
+        coll = ra.tables.get("collectives")
+        redundant_time = None
+        if coll is not None and len(coll) and "grad" in coll:
+            g = coll[coll["grad"] & coll["step"].isin(sel["step"])]
+            if len(g) and g["dur_us"].notna().any():
+                last_round = g.groupby("step")["round"].transform("max")
+                redundant_time = float(g.loc[g["round"] != last_round, "dur_us"].sum()) / len(sel)
+        extra_exposed = _med(tails_extra)
+        share = (extra_exposed / float(np.median(sel["wall_us"]))) if extra_exposed is not None else None
+        meta = ra.metadata or {}
+        per_rank.append({
+            "rank": ra.rank,
+            "steps": [int(x) for x in sel["step"]],
+            "backward_passes_per_step": int(np.median(sel["backward_passes"])) if has_passes else None,
+            "allreduce_rounds_per_step": rounds,
+            "buckets_per_round": int(np.median(sel["bucket_count"])),
+            "grad_bytes_per_round": _med(sel["grad_bytes"]),
+            "redundant_bytes_per_step": _med(sel["redundant_grad_bytes"]),
+            "redundant_comm_time_us_per_step": redundant_time,
+            "redundant_exposed_us_per_step": extra_exposed,
+            "redundant_exposed_share": share,
+            "accumulation_steps_recorded": meta.get("accumulation_steps"),
+            "no_sync_recorded": meta.get("no_sync"),
+        })
+    if not per_rank:
+        return []
+    worst = max(per_rank, key=lambda e: (e["redundant_exposed_us_per_step"] or 0.0, e["allreduce_rounds_per_step"]))
+    sev = "critical" if (worst["redundant_exposed_share"] or 0.0) >= crit_share else "warning"
+    k = worst["allreduce_rounds_per_step"]
+    b = worst["redundant_bytes_per_step"]
+    title = (f"Gradients are all-reduced {k} times per optimizer step instead of once"
+             + (f" ({b / 1e6:.1f} MB per step sent for nothing)" if b else "") + f" (rank {worst['rank']})")
+    return [Finding(
+        id=ID, severity=sev, title=title,
+        ranks=sorted(e["rank"] for e in per_rank),
+        steps=sorted({s for e in per_rank for s in e["steps"]}),
+        evidence={"per_rank": per_rank, "threshold_rounds": 2,
+                  "threshold_exposed_share_critical": crit_share},
+        fix=FIX,
+        time_at_stake_us=worst["redundant_exposed_us_per_step"],
+        docs=f"traceinspect explain {ID}",
+    )]

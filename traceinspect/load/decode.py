@@ -1,0 +1,500 @@
+"""Bytes of one trace file -> typed columns, fast.
+
+The hot path of the product. A Kineto file is one JSON object whose ``traceEvents`` array holds one event per few
+lines. We stream the (possibly gzipped) file, cut the array at event boundaries into pieces of a few tens of MB,
+decode each piece with a typed msgspec decoder that only materializes the fields and argument keys the analyses
+use, and turn the piece into numpy columns at once, so a decoded event list never outlives its piece. Pieces are
+independent, so they can be decoded on several cores. Files in another layout (one line, another indent) are
+decoded whole with the same typed decoder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from itertools import compress
+from operator import attrgetter
+from typing import Any, Iterator
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceFileError
+from .trace import CATEGORY_KIND
+
+try:  # ISA-L inflates gzip about twice as fast as zlib; optional.
+    from isal import isal_zlib as _zlib
+except ImportError:  # pragma: no cover - depends on the environment
+    _zlib = zlib
+
+READ_BYTES = 8 << 20  # compressed / raw bytes read per I/O call
+PIECE_BYTES = 8 << 20  # decoded JSON per piece handed to a decoder (small pieces keep workers small)
+
+_INT_MISSING = -1
+_NO_RAW = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    correlation: int = _INT_MISSING
+    ext: int = msgspec.field(name="External id", default=_INT_MISSING)
+    ext_lc: int = msgspec.field(name="external id", default=_INT_MISSING)
+    stream: int = _INT_MISSING
+    bytes: int = _INT_MISSING
+    in_nelems: int = msgspec.field(name="In msg nelems", default=_INT_MISSING)
+    out_nelems: int = msgspec.field(name="Out msg nelems", default=_INT_MISSING)
+    group_size: int = msgspec.field(name="Group size", default=_INT_MISSING)
+    seq: int = msgspec.field(name="Seq", default=_INT_MISSING)
+    dtype: str | None = None
+    coll: str | None = msgspec.field(name="Collective name", default=None)
+    pg: str | None = msgspec.field(name="Process Group Name", default=None)
+    in_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+
+
+class LooseArgs(msgspec.Struct, frozen=True, gc=False):
+    """Same keys with any type: for traces whose writers put strings or floats where Kineto puts ints."""
+
+    correlation: Any = _INT_MISSING
+    ext: Any = msgspec.field(name="External id", default=_INT_MISSING)
+    ext_lc: Any = msgspec.field(name="external id", default=_INT_MISSING)
+    stream: Any = _INT_MISSING
+    bytes: Any = _INT_MISSING
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=_INT_MISSING)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=_INT_MISSING)
+    group_size: Any = msgspec.field(name="Group size", default=_INT_MISSING)
+    seq: Any = msgspec.field(name="Seq", default=_INT_MISSING)
+    dtype: Any = None
+    coll: Any = msgspec.field(name="Collective name", default=None)
+    pg: Any = msgspec.field(name="Process Group Name", default=None)
+    in_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+
+
+_EMPTY_ARGS = Args()
+_EMPTY_LOOSE = LooseArgs()
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = _INT_MISSING
+    tid: int | str = _INT_MISSING
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args = _EMPTY_ARGS
+
+
+class LooseEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = _INT_MISSING
+    tid: Any = _INT_MISSING
+    ts: Any = 0.0
+    dur: Any = 0.0
+    args: LooseArgs = _EMPTY_LOOSE
+
+
+class _MetaEvent(msgspec.Struct):
+    """Thread / process name records ("ph": "M"), kept for stream and thread labels."""
+
+    ph: str = ""
+    name: str = ""
+    pid: int | str = _INT_MISSING
+    tid: int | str = _INT_MISSING
+    args: dict | None = None
+
+
+_STRICT = msgspec.json.Decoder(list[Event])
+_LOOSE = msgspec.json.Decoder(list[LooseEvent])
+_CAT = {k: int(v) for k, v in CATEGORY_KIND.items()}
+
+# Columns a piece returns: numeric arrays plus per-piece string tables for the categorical ones.
+NUM_COLS = ("kind", "pid", "tid", "ts", "dur", "corr", "ext", "stream", "bytes", "in_nelems", "out_nelems",
+            "group_size", "seq")
+STR_COLS = ("name", "dtype", "coll", "pg")
+RAW_COLS = ("in_dims", "in_types")
+
+
+def _as_int(v) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return _INT_MISSING
+
+
+def _as_str(v) -> str | None:
+    return None if v is None else str(v)
+
+
+def _kind_of(cat) -> int:
+    k = _CAT.get(cat) if isinstance(cat, str) else -1
+    if k is None:
+        k = _CAT.get(cat.lower(), -1)
+        _CAT[cat] = k  # remember this spelling; there are only a handful per trace
+    return k
+
+
+class _CatLookup(dict):
+    """cat string -> Kind code (or -1); a dict subclass so the common case is one C-level lookup."""
+
+    def __missing__(self, cat):
+        k = _kind_of(cat)
+        if isinstance(cat, str):
+            self[cat] = k
+        return k
+
+
+_CAT_LOOKUP = _CatLookup(_CAT).__getitem__
+
+
+def _IS_X(ph) -> bool:  # noqa: N802 - used as a mapped function
+    return ph == "X"
+
+
+def _intern(values: list) -> tuple[np.ndarray, list]:
+    """Categorical codes (int32, -1 for None) and the table of distinct strings of one piece (hashing in C)."""
+    if not values:
+        return np.empty(0, np.int32), []
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+    return codes.astype(np.int32, copy=False), list(uniques)
+
+
+def _ints(values, n: int) -> np.ndarray:
+    """int64 column from Python values; non-integers (strings, floats, None) become -1 on the slow path."""
+    try:
+        return np.fromiter(values, np.int64, n)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((_as_int(v) for v in values), np.int64, n)
+
+
+def _floats(values, n: int) -> np.ndarray:
+    try:
+        return np.fromiter(values, np.float64, n)
+    except (TypeError, ValueError):
+        return np.fromiter((float(v) if isinstance(v, (int, float)) else 0.0 for v in values), np.float64, n)
+
+
+_G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "ext",
+                                          "ext_lc", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq",
+                                          "dtype", "coll", "pg", "in_dims", "in_types")}
+
+
+def columns_from_events(events: list, loose: bool = False) -> dict:
+    """Turn decoded events into columns, keeping only complete events of a category the analyses use.
+
+    Attribute access goes through C (``map(attrgetter)``) and strings are factorized by pandas: building columns
+    costs about as much as decoding, not several times more.
+    """
+    g = _G
+    kinds_all = np.fromiter(map(_CAT_LOOKUP, map(g["cat"], events)), np.int16, len(events))
+    is_x = np.fromiter(map(_IS_X if loose else "X".__eq__, map(g["ph"], events)), bool, len(events))
+    keep = is_x & (kinds_all >= 0)
+    evs = list(compress(events, keep))
+    n = len(evs)
+    out: dict = {"n": n, "kind": kinds_all[keep].astype(np.uint8)}
+    args = list(map(g["args"], evs))
+    out["pid"] = _ints(list(map(g["pid"], evs)), n)
+    out["tid"] = _ints(list(map(g["tid"], evs)), n)
+    out["ts"] = _floats(list(map(g["ts"], evs)), n)
+    out["dur"] = _floats(list(map(g["dur"], evs)), n)
+    out["corr"] = _ints(list(map(g["correlation"], args)), n)
+    ext = _ints(list(map(g["ext"], args)), n)
+    ext_lc = _ints(list(map(g["ext_lc"], args)), n)
+    out["ext"] = np.where(ext >= 0, ext, ext_lc)
+    for col in ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"):
+        out[col] = _ints(list(map(g[col], args)), n)
+    names = list(map(g["name"], evs))
+    if loose:
+        names = [_as_str(x) or "" for x in names]
+        out["dtype"] = _intern([_as_str(a.dtype) for a in args])
+        out["coll"] = _intern([_as_str(a.coll) for a in args])
+        out["pg"] = _intern([_as_str(a.pg) for a in args])
+    else:
+        out["dtype"] = _intern(list(map(g["dtype"], args)))
+        out["coll"] = _intern(list(map(g["coll"], args)))
+        out["pg"] = _intern(list(map(g["pg"], args)))
+    out["name"] = _intern(names)
+    # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
+    codes, table = out["name"]
+    wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] <= 1)
+    for col in RAW_COLS:
+        rows = np.flatnonzero(wanted)
+        vals = [bytes(getattr(args[i], col)).decode() or None for i in rows]
+        if any(vals):
+            full = [None] * n
+            for i, v in zip(rows, vals):
+                full[i] = v
+            out[col] = full
+        else:
+            out[col] = None
+    return out
+
+
+def decode_piece(piece: bytes) -> dict:
+    """Decode a run of comma-separated events (no brackets) into columns."""
+    data = b"[" + piece + b"]"
+    try:
+        events = _STRICT.decode(data)
+        return columns_from_events(events)
+    except msgspec.ValidationError:
+        events = _LOOSE.decode(data)
+        return columns_from_events(events, loose=True)
+
+
+def meta_events(events_json: bytes) -> list[_MetaEvent]:
+    return [e for e in msgspec.json.decode(events_json, type=list[_MetaEvent]) if e.ph == "M"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Streaming the file and cutting it at event boundaries
+
+
+def iter_bytes(path: str) -> Iterator[bytes]:
+    """Yield the decompressed content of a .json or .json.gz file in blocks."""
+    with open(path, "rb") as f:
+        magic = f.read(2)
+        f.seek(0)
+        if magic == b"\x1f\x8b":
+            d = _zlib.decompressobj(31)
+            while True:
+                block = f.read(READ_BYTES)
+                if not block:
+                    break
+                try:
+                    out = d.decompress(block)
+                    while d.unused_data:  # concatenated gzip members
+                        rest = d.unused_data
+                        out += d.flush()
+                        d = _zlib.decompressobj(31)
+                        out += d.decompress(rest)
+                except zlib.error as exc:
+                    raise TraceFileError(path, f"corrupt gzip data ({exc})") from None
+                except Exception as exc:  # isal raises its own error type
+                    raise TraceFileError(path, f"corrupt gzip data ({exc})") from None
+                if out:
+                    yield out
+            if not d.eof:
+                raise TraceFileError(path, "truncated gzip file (the compressed stream ends early)")
+            return
+        if path.endswith(".gz"):
+            raise TraceFileError(path, "named .gz but not a gzip file")
+        while True:
+            block = f.read(READ_BYTES)
+            if not block:
+                return
+            yield block
+
+
+# CPU ops and annotations whose input shapes / dtypes the analyses read: matrix multiplies, convolutions and
+# attention (precision, alignment), and collectives (message sizes where no record_param_comms carries them).
+_SHAPE_OPS = re.compile(
+    r"mm|matmul|linear|conv|attention|einsum|"
+    r"nccl|rccl|gloo|c10d|record_param_comms|all_?reduce|broadcast|all_?gather|reduce_?scatter|all_?to_?all|"
+    r"send|recv|barrier",
+    re.IGNORECASE,
+)
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+class Layout:
+    """Where the event array is and how to find event boundaries in it."""
+
+    def __init__(self, header: bytes, marker: bytes | None, close: re.Pattern | None):
+        self.header = header  # the object's text up to (not including) the array's "["; b"" for a bare list
+        self.marker = marker  # bytes that end an event and are followed by ","
+        self.close = close  # regex matching the end of the last event and the array's "]"
+
+
+def _detect_layout(buf: bytes, path: str) -> tuple[Layout, int] | None:
+    """Find the start of the event array in the first bytes; None if more bytes are needed."""
+    stripped = buf.lstrip()
+    if not stripped:
+        return None
+    if stripped[:1] == b"[":
+        start = len(buf) - len(stripped) + 1
+        header = b""
+    elif stripped[:1] == b"{":
+        m = _EVENTS_KEY.search(buf)
+        if m is None:
+            return None
+        start = m.end()
+        header = buf[: start - 1]
+    else:
+        raise TraceFileError(path, "not JSON (does not start with '{' or '[')")
+    # The whitespace between "[" and the first "{" tells the indentation of events.
+    i = start
+    while i < len(buf) and buf[i : i + 1] in b" \t\r\n":
+        i += 1
+    if i >= len(buf):
+        return None
+    ws = buf[start:i]
+    if b"\n" in ws and buf[i : i + 1] == b"{":
+        indent = ws.rsplit(b"\n", 1)[1]
+        marker = b"\n" + indent + b"},"
+        close = re.compile(re.escape(b"\n" + indent + b"}") + rb"\s*\]")
+        return Layout(header, marker, close), start
+    return Layout(header, None, None), start
+
+
+def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[bytes], dict]:
+    """Stream a trace file as event pieces.
+
+    Returns an iterator of pieces (each a comma-separated run of whole events) and a dict that is filled, once the
+    iterator is exhausted, with ``header``/``trailer`` bytes (the object around the array) and ``bytes`` (total
+    decompressed size). Layouts we cannot cut are yielded as one piece.
+    """
+    info: dict = {"header": b"", "trailer": b"", "bytes": 0}
+
+    def gen() -> Iterator[bytes]:
+        blocks = iter_bytes(path)
+        buf = b""
+        layout = None
+        for block in blocks:
+            info["bytes"] += len(block)
+            buf += block
+            found = _detect_layout(buf, path)
+            if found is not None:
+                layout, start = found
+                info["header"] = layout.header
+                buf = buf[start:]
+                break
+            if len(buf) > (64 << 20):
+                raise TraceFileError(path, "no 'traceEvents' array in the first 64 MB: not a Chrome trace")
+        if layout is None:
+            if not buf.strip():
+                raise TraceFileError(path, "empty file")
+            raise TraceFileError(path, "not a Chrome trace (no 'traceEvents' array)")
+        if layout.marker is None:  # a layout we cannot cut: read all, decode whole
+            for block in blocks:
+                info["bytes"] += len(block)
+                buf += block
+            events, trailer = _split_whole(layout.header, buf, path)
+            info["trailer"] = trailer
+            if events.strip():
+                yield events
+            return
+        marker = layout.marker
+        for block in blocks:
+            info["bytes"] += len(block)
+            buf += block
+            if len(buf) >= piece_bytes:
+                cut = buf.rfind(marker)
+                if cut > 0:
+                    end = cut + len(marker) - 1  # index of the "," after the event's "}"
+                    yield buf[:end]
+                    buf = buf[end + 1 :]
+        # The rest holds the last events, the array's "]" and the object's trailing keys.
+        last = buf.rfind(marker)
+        m = layout.close.search(buf, max(last, 0))
+        if m is None:
+            if buf.strip().startswith(b"]"):  # an empty array
+                info["trailer"] = buf.strip()[1:]
+                return
+            raise TraceFileError(path, "truncated JSON (the traceEvents array never closes)")
+        events = buf[: m.start() + len(marker) - 1]
+        info["trailer"] = buf[m.end() :]
+        if events.strip():
+            yield events
+
+    return gen(), info
+
+
+def _split_whole(header: bytes, rest: bytes, path: str) -> tuple[bytes, bytes]:
+    """For layouts we cannot cut: decode the document's outline, returning the events' text and a trailer."""
+    try:
+        if not header:  # a bare list of events
+            raw = msgspec.json.decode(b"[" + rest, type=msgspec.Raw)
+            return bytes(raw).strip()[1:-1], b""
+        parts = msgspec.json.decode(header + b"[" + rest, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError as exc:
+        raise TraceFileError(path, f"invalid or truncated JSON ({exc})") from None
+    events = bytes(parts.pop("traceEvents")).strip()[1:-1]
+    # Re-emit the other keys as a trailer so decode_meta sees one object: header already holds the keys before
+    # the array, so only keys not in it are needed; duplicates are harmless (the last wins, with equal values).
+    trailer = b"".join(b"," + msgspec.json.encode(k) + b":" + bytes(v) for k, v in parts.items()) + b"}"
+    return events, trailer
+
+
+def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
+    """The trace object's own keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...)."""
+    if not header:
+        return {}
+    try:
+        meta = msgspec.json.decode(header + b"[]" + trailer)
+    except msgspec.DecodeError:
+        raise TraceFileError(path, "truncated or invalid JSON after the traceEvents array") from None
+    if not isinstance(meta, dict):
+        raise TraceFileError(path, "not a Chrome trace object")
+    meta.pop("traceEvents", None)
+    return meta
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plain (uncompressed) files: plan pieces as byte ranges, so worker processes read them from the page cache
+# themselves instead of receiving the bytes through a pipe.
+
+
+def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
+    """Header, trailer and event byte ranges of a plain Kineto file; None when it is gzip or not cuttable."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return None
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            head = mm[: min(size, 64 << 20)]
+            found = _detect_layout(head, path)
+            if found is None or found[0].marker is None:
+                return None
+            layout, start = found
+            marker = layout.marker
+            last = mm.rfind(marker)
+            tail_from = max(last, start)
+            m = layout.close.search(mm[tail_from:])
+            if m is None:
+                return None  # let the streaming reader say what is wrong
+            events_end = tail_from + m.start() + len(marker) - 1
+            trailer = mm[tail_from + m.end():]
+            ranges = []
+            pos = start
+            while pos < events_end:
+                target = pos + piece_bytes
+                if target >= events_end:
+                    ranges.append((pos, events_end))
+                    break
+                cut = mm.rfind(marker, pos, target)
+                if cut <= pos:
+                    cut = mm.find(marker, target, events_end)
+                    if cut < 0:
+                        ranges.append((pos, events_end))
+                        break
+                end = cut + len(marker) - 1  # index of the "," after the event's "}"
+                ranges.append((pos, end))
+                pos = end + 1
+    return {"header": layout.header, "trailer": trailer, "ranges": ranges, "bytes": size}
+
+
+def decode_range(path: str, start: int, end: int) -> dict:
+    """Decode the events in bytes [start, end) of a plain file (run in a worker process).
+
+    ``pread`` into a private buffer rather than a memory map: mapped file pages would stay resident in the worker
+    and count against its memory for the whole file it walks through.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        piece = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+    if not piece.strip():
+        return columns_from_events([])
+    return decode_piece(piece)

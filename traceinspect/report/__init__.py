@@ -1,0 +1,1 @@
+"""The report contract between diagnose and render: the JSON document (``build``) and the diff of two (``diff``)."""

@@ -1,0 +1,140 @@
+"""Report -> the JSON contract ``traceinspect.report/1``.
+
+Field names here are a contract other tools build on: add fields, never rename. Values keep raw units
+(microseconds, bytes); ``null`` where a number does not exist (e.g. GPU busy time of a CPU-only trace).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..analyze.attribution import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
+
+SCHEMA = "traceinspect.report/1"
+
+# Step-table columns that become nested objects or contract fields, not flat extras.
+_NESTED_PREFIXES = ("bd_", "tot_", "cpu_")
+_ORDER = ("step", "wall_us", "gpu_busy_us")
+
+
+def clean(v):
+    """numpy / pandas scalars -> JSON-safe Python values (NaN -> None)."""
+    if v is None:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [clean(x) for x in v]
+    if v is pd.NA:
+        return None
+    return v
+
+
+def step_dict(row: dict, basis: str) -> dict:
+    d = {"step": int(row["step"]), "wall_us": clean(row["wall_us"]), "gpu_busy_us": clean(row.get("gpu_busy_us"))}
+    if basis == "gpu":
+        d["breakdown_us"] = {n: clean(row[f"bd_{n}"]) for n in EXPOSED_NAMES}
+        d["breakdown_us"]["idle"] = clean(row["bd_idle"])
+        d["totals_us"] = {n: clean(row[f"tot_{n}"]) for n in GPU_CATEGORIES}
+    else:
+        d["breakdown_us"] = {n: clean(row[f"cpu_{n}"]) for n in CPU_CATEGORIES}
+        d["totals_us"] = {}
+    d["basis"] = basis
+    for key in ("h2d_bytes", "pageable_h2d_bytes", "d2h_bytes"):
+        d[key] = int(row.get(key, 0) or 0) if not _isnan(row.get(key)) else 0
+    d["dataloader_us"] = clean(row.get("dataloader_us", 0.0))
+    for k, v in row.items():
+        if k in d or k.startswith(_NESTED_PREFIXES) or k in ("synthetic",):
+            continue
+        d[k] = clean(v)
+    d["synthetic"] = bool(row.get("synthetic", False))
+    return d
+
+
+def _isnan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def rank_summary(steps: list[dict]) -> dict:
+    """Means over the rank's steps (synthetic whole-window steps included when they are all there is)."""
+    real = [s for s in steps if not s["synthetic"]] or steps
+    n = len(real)
+    if not n:
+        return {"steps": 0}
+
+    def avg(get):
+        vals = [get(s) for s in real]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    keys = list(real[0]["breakdown_us"])
+    return {
+        "steps": n,
+        "mean_wall_us": avg(lambda s: s["wall_us"]),
+        "min_wall_us": min(s["wall_us"] for s in real),
+        "max_wall_us": max(s["wall_us"] for s in real),
+        "mean_gpu_busy_us": avg(lambda s: s["gpu_busy_us"]),
+        "mean_breakdown_us": {k: avg(lambda s, k=k: s["breakdown_us"].get(k)) for k in keys},
+        "mean_h2d_bytes": avg(lambda s: s["h2d_bytes"]),
+        "mean_pageable_h2d_bytes": avg(lambda s: s["pageable_h2d_bytes"]),
+        "mean_d2h_bytes": avg(lambda s: s["d2h_bytes"]),
+        "mean_dataloader_us": avg(lambda s: s["dataloader_us"]),
+    }
+
+
+def rank_dict(ra) -> dict:
+    steps = [step_dict(r, ra.basis) for r in ra.steps.to_dict("records")]
+    colls = ra.tables.get("collectives")
+    if colls is not None and len(colls):
+        by_step: dict = {}
+        for rec in colls.to_dict("records"):
+            by_step.setdefault(int(rec.get("step", -1)), []).append(clean(rec))
+        for s in steps:
+            s["collectives"] = by_step.get(s["step"], [])
+    util = ra.tables.get("utilization")
+    util_summary = ra.tables.get("utilization_summary")
+    matmul = ra.tables.get("matmul_kernels")
+    return {
+        "rank": ra.rank,
+        "world_size": ra.world_size,
+        "files": list(ra.files),
+        "device": ra.device,
+        "compute_capability": list(ra.compute_capability) if ra.compute_capability else None,
+        "basis": ra.basis,
+        "events": ra.event_count,
+        "metadata": clean(ra.metadata or {}),
+        "summary": rank_summary(steps),
+        "utilization": {
+            "summary": clean(util_summary.to_dict("records")[0]) if util_summary is not None and len(util_summary) else None,
+            "windows": [clean(x) for x in util.to_dict("records")] if util is not None else [],
+        },
+        "matmul_kernels": [clean(x) for x in matmul.sort_values("total_us", ascending=False).head(10).to_dict("records")]
+        if matmul is not None and len(matmul) else [],
+        "errors": list(ra.errors),
+        "steps": steps,
+    }
+
+
+def report_to_dict(report) -> dict:
+    return {
+        "schema": SCHEMA,
+        "source": report.source,
+        "world_size": report.world_size,
+        "ranks_analyzed": len(report.ranks),
+        "ranks": [rank_dict(r) for r in report.ranks],
+        "findings": [clean(f.to_dict()) for f in report.findings],
+        "skipped": [{"file": s.file, "reason": s.reason} for s in report.skipped],
+        "missing_ranks": list(report.missing_ranks),
+        "cross_rank": clean(report.cross_rank or {}),
+        "errors": list(report.errors),
+    }

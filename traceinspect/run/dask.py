@@ -1,0 +1,65 @@
+"""The per-rank stage on a Dask cluster (``--executor dask``), for jobs with more ranks than one machine should parse.
+
+Each rank's files are decoded and analyzed by one Dask task (``pipeline.rank_task``); only the small per-rank
+summaries travel back, and the cross-rank stage and the rules run here, exactly as with the local executor, so the
+report is the same. Workers must see the trace files under the same paths (a shared file system). Without
+``--scheduler`` a local cluster with one worker process per core is started for the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from ..diagnose.engine import Report, finish
+from ..config import Config, DEFAULT
+from ..errors import NoUsableTraceError, UsageError
+from ..load.reader import ProgressFn, find_trace_files, group_by_rank
+from .local import _world, rank_task
+
+
+def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
+                      progress: ProgressFn | None = None, client=None) -> Report:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--executor dask needs dask.distributed: pip install 'traceinspect[dask]'") from None
+    files = [f.resolve() for f in find_trace_files(path)]
+    if not files:
+        raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
+    by_rank, unknown = group_by_rank(files)
+    groups = [fs for _, fs in sorted(by_rank.items())]
+    if unknown:  # ranks are assigned among these files together, as the local loader does
+        groups.append(unknown)
+    own = client is None
+    cluster = None
+    if own:
+        try:
+            if scheduler:
+                client = Client(scheduler, timeout="30s")
+            else:
+                cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+                client = Client(cluster)
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+    try:
+        # One core per task: Dask workers are daemonic and must not start process pools of their own.
+        futures = client.map(rank_task, groups, config=replace(config, workers=1), pure=False)
+        ranks, skipped = [], []
+        for fs, (r, s) in zip(groups, client.gather(futures)):
+            ranks.extend(r)
+            skipped.extend(s)
+            if progress:
+                for f in fs:
+                    progress(f, Path(f).stat().st_size, 0)
+    finally:
+        if own:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    if not ranks:
+        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
+        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
+    return finish(str(path), ranks, skipped, _world(ranks), config)
