@@ -27,6 +27,15 @@ if importlib.util.find_spec("traceinspect") is None:  # running from a checkout 
 
 from cpu_capture import capture_cpu  # noqa: E402  (tests/ is on sys.path under pytest)
 
+
+def pytest_configure(config) -> None:
+    """Every cache the suite writes goes to a temporary folder: never ~/.cache, never fixtures/ or a trace folder.
+    An environment variable, so subprocesses (the CLI tests) inherit it."""
+    import os
+    import tempfile
+
+    os.environ["TRACEINSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinspect-test-cache-")
+
 #: Sample delay for the slow-loader capture: 32 samples per step x 6 ms ~ 190 ms of loading per
 #: step, against ~20-60 ms of compute for the small mlp below.
 SLOW_ITEM_DELAY_MS = 6.0

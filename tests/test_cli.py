@@ -139,14 +139,16 @@ def test_golden_text_and_json(folder, tmp_path):
 def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     need(DIFF_CONTROL)
     shutil.copy(only_file(DIFF_CONTROL), tmp_path / "rank3.json.gz")
-    first = run_cli("report", tmp_path, "--width", "120")
+    cache = tmp_path / "cache"
+    first = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
     assert first.returncode == 0
-    assert list((tmp_path / ".traceinspect-cache").glob("*.result.pkl"))
-    second = run_cli("report", tmp_path, "--width", "120")
+    assert list(cache.rglob("report-*.json")) and list(cache.rglob("rank-*.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "rank3.json.gz"]
+    second = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
     assert second.stdout == first.stdout
     nocache = run_cli("report", tmp_path, "--width", "120", "--no-cache")
     assert nocache.stdout == first.stdout
     # A changed file invalidates the cache (size + mtime key): the skipped file shows up.
     (tmp_path / "rank0.json").write_text("{")
-    third = run_cli("report", tmp_path, "--width", "120")
+    third = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
     assert "rank0.json" in third.stdout and third.stdout != first.stdout

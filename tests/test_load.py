@@ -72,10 +72,10 @@ def test_cache_roundtrip(tmp_path):
     need(DIFF_CONTROL)
     src = only_file(DIFF_CONTROL)
     shutil.copy(src, tmp_path / src.name)
-    cfg = Config(workers=1)
-    first = load(tmp_path, cfg).ranks[0]
-    assert list((tmp_path / ".traceinspect-cache").glob("*.parquet"))
-    second = load(tmp_path, cfg).ranks[0]
+    cfg = Config(workers=1, cache_dir=str(tmp_path / "cache"))
+    first = load(tmp_path / src.name, cfg).ranks[0]
+    assert list((tmp_path / "cache").rglob("cols-*.parquet"))
+    second = load(tmp_path / src.name, cfg).ranks[0]
     for c in first.events.columns:
         a, b = first.events[c], second.events[c]
         if c in ("name", "dtype", "coll", "pg"):

@@ -13,11 +13,18 @@ class Config:
     # --- loading -----------------------------------------------------------------------------------------------
     # Worker processes for decoding; 0 = one per core. Decoding is CPU-bound JSON parsing, so processes, not threads.
     workers: int = 0
-    # Reuse parsed columns stored beside the traces (keyed by size + mtime), so a second report skips JSON.
+    # Reuse decoded columns, rank analyses and reports from the cache (keyed by the files' size + mtime, the
+    # settings and the code), so a second report of an unchanged folder skips JSON and analysis.
     use_cache: bool = True
-    # Where the column cache lives; None = a ".traceinspect-cache" folder inside the trace folder, or a user cache
-    # folder when the trace folder is read-only.
+    # Where the cache lives; None = $TRACEINSPECT_CACHE_DIR, else the user cache folder (never the trace folder).
     cache_dir: str | None = None
+    # The cache folder's size cap: least recently used entries are deleted beyond it. 2 GiB holds the decoded
+    # columns of a few 1 GB traces (Parquet is ~5x smaller than the JSON) and thousands of reports.
+    cache_max_bytes: int = 2 << 30
+    # Where the per-rank stage runs: "local" (process pools here) or "dask" (a cluster; see run/dask.py).
+    executor: str = "local"
+    # The Dask scheduler's address (tcp://...) for executor "dask"; None = a local cluster for the run.
+    scheduler: str | None = None
 
     # --- dataloader-stall --------------------------------------------------------------------------------------
     # Share of a step the main thread spends waiting in DataLoader.__next__ before we call it a stall. 10 %: below
@@ -120,6 +127,45 @@ class Config:
 
             raise UsageError(f"unknown setting(s): {', '.join(bad)}")
         return replace(self, **kw)
+
+    def with_settings(self, pairs) -> "Config":
+        """``["pageable_share_warning=0.05", ...]`` (``--set``) -> a new Config; each value parsed as its field's
+        type (int, float, bool) and checked (shares in [0, 1], sizes and counts >= 0). One-line error otherwise."""
+        return replace(self, **dict(parse_setting(p) for p in pairs))
+
+
+# Settings ``--set`` may change: the thresholds. Where and how to run have their own options (--workers, ...).
+_NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler")
+
+
+def thresholds() -> list:
+    """The fields ``--set`` accepts (dataclass fields), in declaration order."""
+    return [f for f in fields(Config) if f.name not in _NOT_SETTABLE]
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``"name=value"`` -> (name, typed value); raises ``UsageError`` with one line naming the problem."""
+    from .errors import UsageError
+
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    by_name = {f.name: f for f in thresholds()}
+    if not sep or not name:
+        raise UsageError(f"--set {text!r}: expected NAME=VALUE, e.g. --set pageable_share_warning=0.05")
+    if name not in by_name:
+        close = [n for n in by_name if name.split("_")[0] in n][:4]
+        hint = f" (did you mean {', '.join(close)}?)" if close else " (traceinspect explain RULE lists a rule's)"
+        raise UsageError(f"--set {name}: unknown setting{hint}")
+    kind = by_name[name].type  # a string under `from __future__ import annotations`
+    try:
+        value = {"int": int, "float": float}[kind](raw.replace("_", ""))
+    except (KeyError, ValueError):
+        raise UsageError(f"--set {name}={raw}: expected a{'n' if kind == 'int' else ''} {kind}") from None
+    if value < 0 or value != value or (name == "util_window_us" and value == 0):
+        raise UsageError(f"--set {name}={raw}: must be {'> 0' if name == 'util_window_us' else '>= 0'}")
+    if "share" in name and value > 1:
+        raise UsageError(f"--set {name}={raw}: a share is between 0 and 1")
+    return name, value
 
 
 DEFAULT = Config()

@@ -6,7 +6,6 @@ events. That is what lets the per-rank stage run anywhere (local processes or a 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,17 +101,16 @@ def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) ->
     big rank they run side by side: the first here, the others in forked workers; results merge in list order."""
     global _FORKED
     exts = _rank_extensions()
-    workers = config.workers if config.workers > 0 else (os.cpu_count() or 1)
-    if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not _can_fork():
+    from ..run.pool import can_fork, process_pool, worker_count
+
+    workers = worker_count(config)
+    if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not can_fork():
         for extend in exts:
             _run_extension(extend, rank, steps, ra, config)
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     _FORKED = (rank, steps, ra, config)
     try:
-        with ProcessPoolExecutor(max_workers=min(workers - 1, len(exts) - 1), mp_context=mp.get_context("fork")) as pool:
+        with process_pool(min(workers - 1, len(exts) - 1), fork_only=True) as pool:
             futures = [pool.submit(_extension_in_child, i) for i in range(1, len(exts))]
             _run_extension(exts[0], rank, steps, ra, config)
             for fut in futures:
@@ -125,29 +123,15 @@ def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) ->
         _FORKED = None
 
 
-def _can_fork() -> bool:
-    import multiprocessing as mp
-
-    return "fork" in mp.get_all_start_methods() and not mp.current_process().daemon
-
-
 # Per-rank analyses that add tables / step columns, each a module with ``extend_rank(rank, steps, ra, config)``.
 RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
 
 
 def _rank_extensions():
+    """Every listed analysis, imported: a missing one is an error (this build is broken), never a silent skip."""
     import importlib
 
-    out = []
-    for name in RANK_EXTENSIONS:
-        try:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
-            continue
-        out.append(mod.extend_rank)
-    return out
+    return [importlib.import_module(f"{__package__}.{name}").extend_rank for name in RANK_EXTENSIONS]
 
 
 def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:

@@ -272,7 +272,7 @@ class SyntheticDataset:
     """Deterministic random samples: the same index gives the same sample on every rank and run.
 
     A plain class (DataLoader needs only ``__len__``/``__getitem__``) so that it
-    pickles for spawn-started workers and this module stays importable without
+    can be sent to spawn-started DataLoader workers and this module stays importable without
     torch. ``delay_s`` sleeps per item to simulate a slow input pipeline.
     """
 

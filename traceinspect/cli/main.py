@@ -42,6 +42,33 @@ def _progress_factory(paths_total: int, enabled: bool):
     return prog, update
 
 
+class _BarObserver:
+    """The run's observer for the terminal: a progress bar for big loads (see ``_progress_factory``)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.prog, self.update = enabled, None, None
+
+    def begin(self, files, total_bytes: int) -> None:
+        self.prog, self.update = _progress_factory(total_bytes, self.enabled)
+        if self.prog:
+            self.prog.start()
+
+    def decoded(self, path: str, nbytes: int, total: int = 0) -> None:
+        if self.update:
+            self.update(path, nbytes, total)
+
+    def end(self, from_cache: bool) -> None:
+        if self.prog:
+            self.prog.stop()
+
+
+def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(), **run):
+    """The Config of the common options (``report``, ``diff``): cache, workers, ``--set NAME=VALUE`` thresholds."""
+    from ..config import Config
+
+    return Config(workers=workers, use_cache=not no_cache, cache_dir=cache_dir, **run).with_settings(settings)
+
+
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report to PATH ('-' for stdout).")
@@ -50,7 +77,10 @@ def _progress_factory(paths_total: int, enabled: bool):
 @click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), help="Exit 1 when a finding reaches this severity.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
-@click.option("--no-cache", is_flag=True, help="Decode the JSON even when parsed columns are cached.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (decode and analyse everything).")
+@click.option("--cache-dir", metavar="DIR", help="Cache folder (default: $TRACEINSPECT_CACHE_DIR or the user cache).")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="Change a threshold, e.g. --set pageable_share_warning=0.05 (repeatable; see `explain RULE`).")
 @click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
@@ -58,43 +88,17 @@ def _progress_factory(paths_total: int, enabled: bool):
 @click.option("--tensorboard", is_flag=True, help="Write per-step scalars and findings into the TensorBoard run.")
 @click.option("--width", type=int, default=None, help="Terminal width for the text report.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
-def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, workers, executor, scheduler,
-           tensorboard, width, quiet) -> None:
+def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, cache_dir, settings, workers,
+           executor, scheduler, tensorboard, width, quiet) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
-    from ..config import Config
     from ..render.text import render_text
+    from ..run import report_folder
 
-    from ..run import cache
-    from ..load.discover import find_trace_files  # standard library only: the cached path imports no pandas/numpy
-
-    config = Config(workers=workers, use_cache=not no_cache)
-    try:
-        files = find_trace_files(path)
-        total = sum(f.stat().st_size for f in files)
-    except (TraceInspectError, OSError):
-        files, total = [], 0
-    # The whole report's cache key: every trace file (path, size, mtime), the settings and the code, taken once,
-    # before the analysis reads the files.
-    anchor = Path(path) if Path(path).is_dir() else Path(path).parent
-    key = cache.result_key("report", files, config) if files and config.use_cache else None
-    needs_report_object = bool(out_dir or html_path)
-    d = rep = None
-    if key and not needs_report_object and executor == "local":
-        d = cache.get_result(anchor / "_", key, config)
-    if d is None:
-        prog, update = _progress_factory(total, sys.stderr.isatty() and not quiet)
-        if prog:
-            prog.start()
-        from ..run.api import analyze_path
-
-        try:
-            rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler)
-        finally:
-            if prog:
-                prog.stop()
-        d = rep.to_dict()
-        if key:
-            cache.put_result(anchor / "_", key, d, config)
+    config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler)
+    result = report_folder(path, config, _BarObserver(sys.stderr.isatty() and not quiet))
+    d = result.to_dict()
+    # Plots and HTML still read the live analysis (made on demand when the document came from the cache).
+    rep = result.analysis if (out_dir or html_path) else None
     for s in d["skipped"]:
         click.echo(f"traceinspect: skipped {s['file']}: {s['reason']}", err=True)
     if strict and d["skipped"]:

@@ -11,7 +11,10 @@ from ..errors import NoUsableTraceError
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Files we write ourselves or tools write next to traces; never traces.
 IGNORED_NAMES = re.compile(r"^(report\.json|.*\.report\.json|results\.json|diff\.json)$")
-CACHE_DIRNAME = ".traceinspect-cache"
+CACHE_DIRNAME = ".traceinspect-cache"  # where older versions cached, inside the trace folder: never read
+# A folder holding this file is a cache (https://bford.info/cachedir/): traceinspect's own cache carries one, so a
+# --cache-dir inside a trace folder is never taken for traces.
+CACHE_TAG = "CACHEDIR.TAG"
 
 
 def find_trace_files(path: str | os.PathLike) -> list[Path]:
@@ -21,12 +24,11 @@ def find_trace_files(path: str | os.PathLike) -> list[Path]:
         raise NoUsableTraceError(f"{p}: no such file or folder")
     if p.is_file():
         return [p]
-    files = [
-        f
-        for f in p.rglob("*")
-        if f.is_file()
-        and f.name.endswith(TRACE_SUFFIXES)
-        and CACHE_DIRNAME not in f.parts
-        and not IGNORED_NAMES.match(f.name)
-    ]
-    return sorted(files)
+    files = []
+    for root, dirs, names in os.walk(p):
+        if CACHE_TAG in names:
+            dirs[:] = []
+            continue
+        dirs[:] = [d for d in dirs if d != CACHE_DIRNAME]
+        files += [Path(root, n) for n in names if n.endswith(TRACE_SUFFIXES) and not IGNORED_NAMES.match(n)]
+    return sorted(f for f in files if f.is_file())

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-import multiprocessing as mp
 import numpy as np
 import pandas as pd
 
 from ..run import cache as _cache
+from ..run.pool import process_pool as _pool, worker_count as _workers  # pools are made in one place
 from ..config import Config, DEFAULT
 from .discover import find_trace_files
 from .decode import NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, plan_ranges, read_pieces
@@ -257,15 +257,6 @@ def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]
     return ranks, skipped
 
 
-def _workers(config: Config) -> int:
-    return config.workers if config.workers > 0 else (os.cpu_count() or 1)
-
-
-def _pool(n: int) -> ProcessPoolExecutor:
-    # fork keeps start-up cheap (no re-import of numpy/pandas per worker); spawn elsewhere.
-    method = "fork" if "fork" in mp.get_all_start_methods() else None
-    ctx = mp.get_context(method) if method else None
-    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
 
 
 def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressFn | None = None):

@@ -12,12 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.attribution import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
-
-SCHEMA = "traceinspect.report/1"
-
-# Step-table columns that become nested objects or contract fields, not flat extras.
-_NESTED_PREFIXES = ("bd_", "tot_", "cpu_")
-_ORDER = ("step", "wall_us", "gpu_busy_us")
+from .columns import STEP_COLUMNS
+from .doc import SCHEMA  # noqa: F401  (re-exported: the contract's name)
 
 
 def clean(v):
@@ -53,10 +49,11 @@ def step_dict(row: dict, basis: str) -> dict:
     for key in ("h2d_bytes", "pageable_h2d_bytes", "d2h_bytes"):
         d[key] = int(row.get(key, 0) or 0) if not _isnan(row.get(key)) else 0
     d["dataloader_us"] = clean(row.get("dataloader_us", 0.0))
-    for k, v in row.items():
-        if k in d or k.startswith(_NESTED_PREFIXES) or k in ("synthetic",):
-            continue
-        d[k] = clean(v)
+    # Exactly the registered step fields (report/columns.py), in registry order; a column an analysis did not
+    # make on this rank (CPU-only traces) stays absent.
+    for c in STEP_COLUMNS:
+        if c.name not in d and c.name in row:
+            d[c.name] = clean(row[c.name])
     d["synthetic"] = bool(row.get("synthetic", False))
     return d
 

@@ -1,1 +1,110 @@
-"""Orchestration: run the stages over a folder (``local`` processes or ``dask``), the caches (``cache``) and the Python API (``api``)."""
+"""Orchestration: ``report_folder`` runs the stages over a folder; the one entry for the CLI (``report``, ``diff``,
+``demo``), the Python API and the notebook.
+
+    from traceinspect.run import report_folder
+    result = report_folder("./log/profile_ddp", Config())
+    result.doc          # ReportDoc: the JSON contract (report/doc.py)
+    result.to_dict()    # the same as plain dicts, what every renderer reads
+    result.analysis     # the live analysis (DataFrames per rank: .steps, .table("kernels"), .findings)
+
+The whole report is cached (``run/cache.py``: user cache folder, no pickle), keyed before anything is read by
+every trace file's path, size and mtime, the settings and the code. A hit returns the document without importing
+numpy or pandas; ``result.analysis`` then runs the analysis on first use (its ranks come from the rank cache).
+Where the per-rank stage runs: ``local`` (``run/local.py``, process pools from ``run/pool.py``) or ``dask``
+(``run/dask.py``), by ``Config.executor``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import DEFAULT, Config
+
+
+class Observer:
+    """What a run tells its caller. The default ignores everything; the CLI's progress bar overrides it."""
+
+    def begin(self, files: list[Path], total_bytes: int) -> None:
+        """Before decoding: the trace files found and their total size."""
+
+    def decoded(self, path: str, nbytes: int, total: int = 0) -> None:
+        """``nbytes`` more of ``path`` decoded (the loaders' ``ProgressFn``)."""
+
+    def end(self, from_cache: bool) -> None:
+        """The document is ready (``from_cache``: the whole report came from the cache)."""
+
+
+@dataclass
+class FolderReport:
+    """The result of ``report_folder``: the document, and the live analysis behind it (made on demand)."""
+
+    doc: object  # report.doc.ReportDoc
+    from_cache: bool
+    path: str
+    config: Config
+    _analysis: object = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        from ..report.doc import to_dict
+
+        return to_dict(self.doc)
+
+    @property
+    def analysis(self):
+        """The ``diagnose.engine.Report`` (per-rank DataFrames); analysed now if the document came from the cache."""
+        if self._analysis is None:
+            self._analysis = _analyze(self.path, self.config, None)
+        return self._analysis
+
+
+def report_folder(path: str | os.PathLike, config: Config = DEFAULT, observer: Observer | None = None) -> FolderReport:
+    """Load, analyze and diagnose the traces under ``path`` (a folder or one file) into a report.
+
+    Raises ``NoUsableTraceError`` (nothing to analyse) or ``UsageError`` (bad options); unusable files are listed
+    in the report's ``skipped``, failed analyses and rules in its ``errors``.
+    """
+    from . import cache
+    from ..load.discover import find_trace_files  # standard library only: the cached path imports no pandas
+
+    observer = observer or Observer()
+    try:
+        files = find_trace_files(path)
+        total = sum(f.stat().st_size for f in files)
+    except OSError:
+        files, total = [], 0
+    # The key is taken once, before the analysis reads the files: a file changed meanwhile is a miss next time.
+    key = cache.result_key("report", files, config) if files and config.use_cache else None
+    doc = cache.get_report(key, config)
+    if doc is not None:
+        observer.end(True)
+        return FolderReport(doc=doc, from_cache=True, path=str(path), config=config)
+    observer.begin(files, total)
+    live = _analyze(path, config, observer)
+    doc = to_doc(live)
+    cache.put_report(key, doc, config)
+    observer.end(False)
+    return FolderReport(doc=doc, from_cache=False, path=str(path), config=config, _analysis=live)
+
+
+def to_doc(live):
+    """A live ``Report`` -> its ``ReportDoc`` (build the dict field by field, then type it)."""
+    from ..report.doc import from_dict
+
+    return from_dict(live.to_dict())
+
+
+def _analyze(path, config: Config, observer: Observer | None):
+    progress = observer.decoded if observer is not None else None
+    if config.executor == "dask":
+        from .dask import analyze_with_dask
+
+        return analyze_with_dask(path, config, scheduler=config.scheduler, progress=progress)
+    if config.scheduler:
+        from ..errors import UsageError
+
+        raise UsageError("--scheduler needs --executor dask")
+    from .local import analyze_local
+
+    return analyze_local(path, config, progress)

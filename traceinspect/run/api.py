@@ -1,32 +1,37 @@
-"""The Python API: the same calls the CLI makes.
+"""The Python API: the same call the CLI makes (``report_folder``), and the live analysis behind it.
 
     import traceinspect
-    trace = traceinspect.load("./log/profile_ddp")
+    result = traceinspect.report_folder("./log/profile_ddp")
+    result.to_dict()     # the JSON report (cached: a second call on an unchanged folder reads no trace)
+    report = result.analysis
+    report.steps         # DataFrame: one row per rank and step
+    report.findings      # list of Finding
+
+    trace = traceinspect.load("./log/profile_ddp")    # or stage by stage
     report = traceinspect.analyze(trace)
-    report.steps        # DataFrame: one row per rank and step
-    report.findings     # list of Finding
-    report.to_dict()    # the JSON report
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
+from ..config import DEFAULT, Config
 from ..diagnose.engine import Report
-from ..config import Config, DEFAULT
 from ..load.reader import ProgressFn
-from .local import analyze_local
+from . import Observer, report_folder
+
+
+class _Progress(Observer):
+    def __init__(self, fn: ProgressFn):
+        self.fn = fn
+
+    def decoded(self, path: str, nbytes: int, total: int = 0) -> None:
+        self.fn(path, nbytes, total)
 
 
 def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
                  executor: str = "local", scheduler: str | None = None) -> Report:
-    """Load and analyze a folder (or file) of traces."""
-    if executor == "dask":
-        from .dask import analyze_with_dask
-
-        return analyze_with_dask(path, config, scheduler=scheduler, progress=progress)
-    if scheduler:
-        from ..errors import UsageError
-
-        raise UsageError("--scheduler needs --executor dask")
-    return analyze_local(path, config, progress)
+    """Load and analyze a folder (or file) of traces: ``report_folder(...).analysis``."""
+    config = replace(config, executor=executor, scheduler=scheduler)
+    return report_folder(path, config, _Progress(progress) if progress else None).analysis

@@ -17,7 +17,8 @@ from ..analyze.rank import RankAnalysis, analyze_rank
 from ..diagnose.engine import Report, finish
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError
-from ..load.reader import ProgressFn, _pool, _workers, find_trace_files, group_by_rank, load
+from ..load.reader import ProgressFn, find_trace_files, group_by_rank, load
+from .pool import process_pool, worker_count
 from ..load.trace import Skipped
 
 
@@ -25,16 +26,16 @@ def rank_task(files: list[str], config: Config, progress: ProgressFn | None = No
               ) -> tuple[list[RankAnalysis], list[Skipped]]:
     """Decode and analyze the files of one rank (or of unknown rank); never raises for bad input.
 
-    The result is cached beside the traces (keyed by the files, the configuration and the code), so a second
-    report of an unchanged folder skips decoding and analysis altogether.
+    The result is cached (in the user cache folder, keyed by the files, the configuration and the code), so a
+    second report of an unchanged folder skips decoding and analysis altogether.
     """
     key = _cache.result_key("rank", files, config) if config.use_cache else None
-    hit = _cache.get_result(Path(files[0]), key, config)
+    hit = _cache.get_rank_result(key, config)
     if hit is not None:
         return hit
     trace = load(files, config, progress=progress, allow_empty=True)
     result = ([analyze_rank(r, config) for r in trace.ranks], trace.skipped)
-    _cache.put_result(Path(files[0]), key, result, config)
+    _cache.put_rank_result(key, result, config)
     return result
 
 
@@ -51,13 +52,13 @@ def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: P
     groups = [fs for _, fs in sorted(by_rank.items())]
     if unknown:  # ranks are assigned among these files together
         groups.append(unknown)
-    n = _workers(config)
+    n = worker_count(config)
     sizes = {f: Path(f).stat().st_size for fs in groups for f in fs}
     results: list = [None] * len(groups)
     if n > 1 and len(groups) >= n:
         # Enough ranks to keep every core busy: one rank per task, each decoded on one core.
         one = replace(config, workers=1)
-        with _pool(n) as pool:
+        with process_pool(n) as pool:
             futures = [pool.submit(rank_task, fs, one) for fs in groups]
             for i, (fs, fut) in enumerate(zip(groups, futures)):
                 results[i] = fut.result()

@@ -1,0 +1,159 @@
+"""The JSON contract ``traceinspect.report/1`` as msgspec Structs, and the JSON Schema generated from them.
+
+This module is the contract: field names are never renamed or removed, only added. It imports msgspec and the
+column registry only (no numpy, no pandas), so a saved or cached report loads and renders without the analysis
+stack.
+
+Conventions:
+- raw units (``_us`` microseconds, ``_bytes`` bytes, shares 0..1); ``null`` where a number does not exist;
+- a field typed ``... | UnsetType`` is *optional*: absent from the JSON when the producing analysis did not run
+  (or is not in this build), never written as a made-up value. Fields added in later versions are optional, so
+  older reports still validate;
+- decoding ignores fields this version does not know (a newer report loads; the unknown fields are dropped).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from .columns import STEP_COLUMNS
+
+SCHEMA = "traceinspect.report/1"
+
+Num = float | int | None  # a JSON number (an integer count may be written without a fraction), or null
+_TYPES = {"int": int | None, "float": Num, "bool": bool | None}
+
+
+def _step_doc() -> type:
+    """StepDoc: the head fields, then one optional field per registered step column (see ``report/columns.py``)."""
+    head = [
+        ("step", int),
+        ("wall_us", Num),
+        ("gpu_busy_us", Num),  # null on CPU-only traces
+        ("breakdown_us", dict[str, Num]),  # exclusive split of wall_us (GPU or training-thread categories)
+        ("totals_us", dict[str, Num]),  # per GPU category, may overlap; {} on CPU-only traces
+        ("basis", Literal["gpu", "cpu"]),
+        ("synthetic", bool),  # true: a window without ProfilerStep annotations, taken as one step
+    ]
+    optional = [(c.name, _TYPES[c.type] | UnsetType, UNSET) for c in STEP_COLUMNS]
+    optional += [
+        ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
+        ("backlog_us", Num | UnsetType, UNSET),
+    ]
+    return msgspec.defstruct("StepDoc", head + optional, omit_defaults=True, kw_only=True)
+
+
+StepDoc = _step_doc()
+
+
+class SummaryDoc(Struct, omit_defaults=True, kw_only=True):
+    """Means over a rank's steps (docs/metrics.md, Summary); only ``steps`` when the rank has none."""
+
+    steps: int
+    mean_wall_us: Num | UnsetType = UNSET
+    min_wall_us: Num | UnsetType = UNSET
+    max_wall_us: Num | UnsetType = UNSET
+    mean_gpu_busy_us: Num | UnsetType = UNSET
+    mean_breakdown_us: dict[str, Num] | UnsetType = UNSET
+    mean_h2d_bytes: Num | UnsetType = UNSET
+    mean_pageable_h2d_bytes: Num | UnsetType = UNSET
+    mean_d2h_bytes: Num | UnsetType = UNSET
+    mean_dataloader_us: Num | UnsetType = UNSET
+
+
+class UtilizationDoc(Struct, kw_only=True):
+    """The nvidia-smi view (docs/utilization.md): a summary (null without GPU) and one row per window."""
+
+    summary: dict[str, Any] | None
+    windows: list[dict[str, Any]]
+
+
+class ClaimDoc(Struct, omit_defaults=True, kw_only=True):
+    """Time per step a finding claims (``id``: the finding id), in us."""
+
+    id: str
+    us: Num
+
+
+class RankDoc(Struct, omit_defaults=True, kw_only=True):
+    rank: int
+    world_size: int | None
+    files: list[str]
+    device: str | None
+    compute_capability: list[int] | None
+    basis: Literal["gpu", "cpu"]
+    events: int
+    metadata: dict[str, Any]
+    summary: SummaryDoc
+    utilization: UtilizationDoc
+    matmul_kernels: list[dict[str, Any]]
+    errors: list[str]
+    steps: list[StepDoc]  # type: ignore[valid-type]
+    # Optional: per-rank step time and what the findings claim of it.
+    step_us: Num | UnsetType = UNSET
+    projected_step_us: Num | UnsetType = UNSET
+    claims: list[ClaimDoc] | UnsetType = UNSET
+    timeline: Any | UnsetType = UNSET
+    collectives: Any | UnsetType = UNSET
+
+
+class FindingDoc(Struct, omit_defaults=True, kw_only=True):
+    """A finding: the rule id (stable), severity, evidence (raw units, the thresholds crossed) and the fix."""
+
+    id: str
+    severity: Literal["info", "warning", "critical"]
+    title: str
+    ranks: list[int]
+    steps: list[int]
+    evidence: dict[str, Any]
+    fix: str
+    time_at_stake_us: Num
+    docs: str
+    share_of_step: Num | UnsetType = UNSET
+    severity_reason: str | None | UnsetType = UNSET
+    thin_evidence: Any | UnsetType = UNSET
+    owned_by: Any | UnsetType = UNSET
+
+
+class SkippedDoc(Struct):
+    """A file the report could not use, and why (one line)."""
+
+    file: str
+    reason: str
+
+
+class ReportDoc(Struct, omit_defaults=True, kw_only=True):
+    schema: str
+    source: str
+    world_size: int | None
+    ranks_analyzed: int
+    ranks: list[RankDoc]
+    findings: list[FindingDoc]
+    skipped: list[SkippedDoc]
+    missing_ranks: list[int]
+    cross_rank: dict[str, Any]
+    errors: list[str]  # analyses, rules or modules that failed or could not run; the rest of the report stands
+    verdict: Any | UnsetType = UNSET
+    runs: Any | UnsetType = UNSET
+
+
+def from_dict(d: dict) -> ReportDoc:
+    """A report dict (``report_to_dict``, or parsed JSON) -> ReportDoc; raises ``msgspec.ValidationError``."""
+    return msgspec.convert(d, ReportDoc)
+
+
+def to_dict(doc: ReportDoc) -> dict:
+    """ReportDoc -> plain dicts and lists (what the renderers read); optional fields that are unset are absent."""
+    return msgspec.to_builtins(doc)
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a report, generated from the Structs."""
+    schema = msgspec.json.schema(ReportDoc)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://traceinspect.dev/schema/report-1.json"
+    schema["title"] = SCHEMA
+    return schema
