@@ -7,7 +7,7 @@
     result.to_dict()    # the same as plain dicts, what every renderer reads
     result.analysis     # the live analysis (DataFrames per rank: .steps, .table("kernels"), .findings)
 
-The whole report is cached (``run/cache.py``: user cache folder, no pickle), keyed before anything is read by
+The whole report is cached (``run/cache.py``: user cache folder, data only), keyed before anything is read by
 every trace file's path, size and mtime, the settings and the code. A hit returns the document without importing
 numpy or pandas; ``result.analysis`` then runs the analysis on first use (its ranks come from the rank cache).
 Where the per-rank stage runs: ``local`` (``run/local.py``, process pools from ``run/pool.py``) or ``dask``

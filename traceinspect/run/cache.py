@@ -5,9 +5,9 @@ user cache folder (``platformdirs.user_cache_dir("traceinspect")``, e.g. ``~/.ca
 written under the trace folder unless ``--cache-dir`` points there: trace folders are shared, copied and attached to
 bug reports, and a report must leave them as they were.
 
-**What**: tables as Parquet (Arrow), everything else as msgspec JSON decoded into fixed types. No pickle: a cache
-entry is data, so a crafted file is at worst a miss. A Parquet file whose schema holds an Arrow extension type (the
-one Arrow type that can carry Python objects) is refused before it is read into pandas.
+**What**: tables as Parquet (Arrow), everything else as msgspec JSON decoded into fixed types. No Python object
+serialization: a cache entry is data, so a crafted file is at worst a miss. A Parquet file whose schema holds an
+Arrow extension type (the one Arrow type that can carry Python objects) is refused before it reaches pandas.
 
 **Keys**: the trace files' absolute paths, sizes and modification times; the settings that change results; the
 code (a hash of the decoder's source for columns, of the package's files for results). A changed input is a miss.
@@ -154,7 +154,7 @@ def evict(config: Config) -> None:
 
 
 def _safe_table(data: bytes):
-    """Parquet bytes -> an Arrow table, refused when a column has an extension type (those can carry pickles)."""
+    """Parquet bytes -> an Arrow table, refused when a column has an extension type (those can carry Python objects)."""
     import pyarrow as pa
     import pyarrow.parquet as papq
 
