@@ -305,14 +305,14 @@ def demo(out, nproc, model, overrides, report, verbose):
         click.echo(f"next: traceinspect report {folders['baseline']}; traceinspect report {folders['optimized']}")
         return
     try:
-        from ..run.api import analyze_path
+        from ..run import local as _analysis_stack, report_folder  # noqa: F401  (pandas, numpy, pyarrow)
     except ImportError as e:
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
     from .diff import render_diff_text
     from ..report.diff import diff_reports
 
-    reports = {name: analyze_path(str(folder)).to_dict() for name, folder in folders.items()}
+    reports = {name: report_folder(str(folder)).to_dict() for name, folder in folders.items()}
     knob_diff = _knob_diff(_workload_settings(folders["baseline"]), _workload_settings(folders["optimized"]))
     render_knobs(knob_diff)
     width = shutil.get_terminal_size((120, 40)).columns

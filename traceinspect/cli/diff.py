@@ -27,29 +27,11 @@ LABELS = {
 }
 
 
-def _check_report(d, path: str) -> dict:
-    if not isinstance(d, dict):
-        raise UsageError(f"{path}: not a traceinspect report (the JSON is not an object)")
-    schema = d.get("schema")
-    if not (isinstance(schema, str) and schema.startswith("traceinspect.report/")):
-        raise UsageError(f"{path}: not a traceinspect report (no 'schema': 'traceinspect.report/1')")
-    if schema != "traceinspect.report/1":
-        raise UsageError(f"{path}: report schema {schema} is not supported (this version reads traceinspect.report/1)")
-    ranks = d.get("ranks")
-    if not isinstance(ranks, list) or any(not isinstance(r, dict) or "rank" not in r or not isinstance(r.get("steps"), list)
-                                          for r in ranks):
-        raise UsageError(f"{path}: broken traceinspect report ('ranks' must be a list of ranks with 'rank' and 'steps')")
-    return d
-
-
 def _read_report(p: Path) -> dict:
-    try:
-        d = json.loads(p.read_bytes())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    return _check_report(d, str(p))
+    from ..report.doc import to_dict
+    from ..report.io import load
+
+    return to_dict(load(p))
 
 
 def _is_report_file(p: Path) -> bool:
@@ -71,17 +53,17 @@ def _is_report_file(p: Path) -> bool:
     return False
 
 
-def load_side(path: str, use_cache: bool = True, workers: int = 0) -> dict:
-    """A report dict from a saved report.json, or from analyzing a folder (or file) of traces."""
+def load_side(path: str, config=None) -> dict:
+    """A report dict from a saved report.json, or from a folder (or file) of traces through ``report_folder``."""
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such file or folder")
     if p.is_file() and _is_report_file(p):
         return _read_report(p)
-    from ..run.api import analyze_path
-    from ..config import Config
+    from ..config import DEFAULT
+    from ..run import report_folder
 
-    return analyze_path(str(p), Config(use_cache=use_cache, workers=workers)).to_dict()
+    return report_folder(str(p), config or DEFAULT).to_dict()
 
 
 def _parse_pairs(values) -> list[tuple[int, int]]:
@@ -211,11 +193,14 @@ def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
 @click.option("--json", "json_path", metavar="PATH", help="Write the diff as JSON to PATH ('-' for stdout).")
 @click.option("--pair", "pairs", multiple=True, metavar="BASE:NEW",
               help="Compare base rank BASE with new rank NEW (repeatable); default: ranks with the same id.")
-@click.option("--no-cache", is_flag=True, help="Decode the JSON traces even when parsed columns are cached.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (decode and analyse everything).")
+@click.option("--cache-dir", metavar="DIR", help="Cache folder (default: $TRACEINSPECT_CACHE_DIR or the user cache).")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="Change a threshold for both runs' analyses (repeatable; see `explain RULE`).")
 @click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
 @click.option("--width", type=int, default=None, help="Terminal width.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text diff.")
-def diff(base, new, json_path, pairs, no_cache, workers, width, quiet) -> None:
+def diff(base, new, json_path, pairs, no_cache, cache_dir, settings, workers, width, quiet) -> None:
     """Compare two runs: BASE and NEW are each a folder of traces or a saved report.json.
 
     Per rank and category: the change in mean step time, its step-to-step spread, and whether the change is
@@ -226,9 +211,12 @@ def diff(base, new, json_path, pairs, no_cache, workers, width, quiet) -> None:
 
     from ..report.diff import diff_reports
 
+    from .main import run_config
+
     pair_list = _parse_pairs(pairs)
-    a = load_side(base, use_cache=not no_cache, workers=workers)
-    b = load_side(new, use_cache=not no_cache, workers=workers)
+    config = run_config(no_cache, workers, cache_dir, settings)
+    a = load_side(base, config)
+    b = load_side(new, config)
     try:
         dd = diff_reports(a, b, pair_list or None)
     except ValueError as exc:
