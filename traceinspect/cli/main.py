@@ -185,6 +185,14 @@ def explain(rule_id) -> None:
     click.echo(doc_of(mod))
 
 
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of the report (``report --json``), generated from its types (docs/report.schema.json)."""
+    from ..report.io import schema_text
+
+    click.echo(schema_text(), nl=False)
+
+
 def _register_optional() -> None:
     """Commands in their own modules (capture needs no analysis stack; diff needs no capture stack)."""
     try:

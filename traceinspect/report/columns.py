@@ -5,7 +5,7 @@ what it means, which analysis makes it).
 ``report/doc.py`` builds the ``StepDoc`` Struct (and so the JSON Schema) from them: a new step column joins the
 contract only by being added here. The nested ``breakdown_us`` / ``totals_us`` objects (from the ``bd_``/``tot_``/
 ``cpu_<category>`` columns) and ``collectives`` are built separately. docs/*.md define each name in full; a test
-checks every name here is documented there.
+keeps the table in docs/metrics.md ("Every step field") equal to ``columns_markdown()``.
 """
 
 from __future__ import annotations
@@ -101,3 +101,10 @@ BY_NAME = {c.name: c for c in STEP_COLUMNS}
 # Step-table columns that are not flat step fields: the nested breakdown/totals and what build.py writes itself.
 NESTED_PREFIXES = ("bd_", "tot_", "cpu_")
 HEAD_FIELDS = ("step", "wall_us", "gpu_busy_us", "synthetic")
+
+
+def columns_markdown() -> str:
+    """The registry as the Markdown table docs/metrics.md carries (a test keeps the two equal)."""
+    rows = ["| field | type | unit | meaning | made by |", "| --- | --- | --- | --- | --- |"]
+    rows += [f"| `{c.name}` | {c.type} | {c.unit} | {c.meaning} | `analyze/{c.producer}.py` |" for c in STEP_COLUMNS]
+    return "\n".join(rows) + "\n"

@@ -14,10 +14,10 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from .columns import STEP_COLUMNS
 
@@ -38,7 +38,8 @@ def _step_doc() -> type:
         ("basis", Literal["gpu", "cpu"]),
         ("synthetic", bool),  # true: a window without ProfilerStep annotations, taken as one step
     ]
-    optional = [(c.name, _TYPES[c.type] | UnsetType, UNSET) for c in STEP_COLUMNS]
+    optional = [(c.name, Annotated[_TYPES[c.type] | UnsetType, Meta(description=f"{c.meaning} [{c.unit}]")], UNSET)
+                for c in STEP_COLUMNS]
     optional += [
         ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
         ("backlog_us", Num | UnsetType, UNSET),
