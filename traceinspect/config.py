@@ -44,12 +44,14 @@ class Config:
     # Share of the step the CPU is blocked in synchronizing CUDA calls. 5 %: a blocked CPU cannot queue the next
     # kernels, so each sync drains the GPU's queue; a couple of percent is normal (loss logging every step).
     host_sync_share_warning: float = 0.05
+    # A fifth of the step blocked: the GPU waits on the CPU every step, critical.
     host_sync_share_critical: float = 0.20
 
     # --- gpu-idle ----------------------------------------------------------------------------------------------
     # GPU idle share of the step window. nvidia-smi's 0-95 % flicker corresponds to idle shares of 20 % and more;
     # 15 % is where a training step is clearly not keeping the GPU fed.
     gpu_idle_share_warning: float = 0.15
+    # Idle 40 % of the step: most of the GPU is being paid for nothing, critical.
     gpu_idle_share_critical: float = 0.40
     # A kernel shorter than this (us) is "short": launch overhead (~5-10 us per launch on the CPU) rivals it.
     short_kernel_us: float = 10.0
@@ -57,6 +59,7 @@ class Config:
     # --- exposed-comm ------------------------------------------------------------------------------------------
     # Communication not hidden behind compute, as a share of the step.
     comm_exposed_share_warning: float = 0.10
+    # Almost a third of the step waiting for communication: critical (also the sync-every-microstep critical).
     comm_exposed_share_critical: float = 0.30
 
     # --- small-buckets -----------------------------------------------------------------------------------------
@@ -89,6 +92,7 @@ class Config:
     # (compute capability >= 8). A bf16 tensor-core GEMM is 8-16x faster than FFMA, so 20 % of kernel time is worth
     # a precision review; half of it is critical.
     fp32_matmul_share_warning: float = 0.20
+    # Half of kernel time in fp32 matrix work: critical.
     fp32_matmul_share_critical: float = 0.50
 
     # --- gradscaler-with-bf16 ---------------------------------------------------------------------------------
@@ -98,6 +102,7 @@ class Config:
     # --- launch-bound -----------------------------------------------------------------------------------------
     # GPU idle not explained by data waits or syncs, as a share of the step: large enough to recover.
     launch_bound_idle_share: float = 0.20
+    # Half the step idle for want of launches: critical.
     launch_bound_idle_share_critical: float = 0.50
     # Steps with very few kernels cannot be launch-bound.
     launch_bound_min_kernels: int = 20
@@ -169,3 +174,20 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 
 DEFAULT = Config()
+
+
+def field_comments() -> dict[str, str]:
+    """Each field's comment in this file (the lines right above it), for ``explain``: one place says why."""
+    import inspect
+
+    out, block = {}, []
+    for line in inspect.getsource(Config).splitlines():
+        text = line.strip()
+        if text.startswith("# ---") or not text:
+            block = []
+        elif text.startswith("#"):
+            block.append(text.lstrip("# "))
+        elif ":" in text and "=" in text and not text.startswith(("def ", "@")):
+            out[text.split(":")[0]] = " ".join(block)
+            block = []
+    return out

@@ -33,6 +33,7 @@ import pandas as pd
 from .attribution import CategoryView, is_comm_kernel, name_mask
 from .buckets import (BUCKET_COUNTS, BUCKET_SIZES, assign_phase, assign_rounds, backward_passes, bucket_columns,
                       per_step, tail_columns)
+from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
 
 # --------------------------------------------------------------------------------------------------------------
@@ -556,10 +557,10 @@ _INT_COLUMNS = ("comm_calls", "allreduce_count", "backward_passes", "allreduce_r
 
 
 def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
-                 config=None) -> pd.DataFrame:
+                 config: Config = DEFAULT) -> pd.DataFrame:
     """Per-step communication numbers, one row per ra.steps row (same order): the totals here, gradient buckets,
     rounds, backward passes and tails from buckets.py. Vectorized per step (groupby)."""
-    small = getattr(config, "small_bucket_bytes", 4 * 1024 * 1024)
+    small = config.small_bucket_bytes
     out = pd.DataFrame(index=pd.Index(steps_df["step"].to_numpy()))
     c = coll[coll["step"] >= 0] if len(coll) else coll
     if len(c):
@@ -629,7 +630,7 @@ def _exposed(steps_df: pd.DataFrame, tail_total: pd.Series):
 # --------------------------------------------------------------------------------------------------------------
 
 
-def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
+def extend_rank(rank: RankTrace, steps, ra, config: Config = DEFAULT) -> None:
     """Add ``ra.tables["collectives"]``, ``ra.tables["backward_passes"]`` and the per-step communication columns
     to ``ra.steps``."""
     passes = backward_passes(rank, steps)

@@ -128,10 +128,25 @@ RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
 
 
 def _rank_extensions():
-    """Every listed analysis, imported: a missing one is an error (this build is broken), never a silent skip."""
+    """Every listed analysis; one that cannot be imported becomes a stand-in that raises, so ``_run_extension``
+    puts it in the rank's errors (never a silent skip) and the other analyses still run."""
     import importlib
 
-    return [importlib.import_module(f"{__package__}.{name}").extend_rank for name in RANK_EXTENSIONS]
+    out = []
+    for name in RANK_EXTENSIONS:
+        try:
+            out.append(importlib.import_module(f"{__package__}.{name}").extend_rank)
+        except Exception as exc:  # noqa: BLE001 - reported per rank, below
+            out.append(_unavailable(name, exc))
+    return out
+
+
+def _unavailable(name: str, exc: Exception):
+    def extend_rank(rank, steps, ra, config) -> None:
+        raise ImportError(f"the {name} analysis cannot be loaded ({type(exc).__name__}: {exc})")
+
+    extend_rank.__module__ = f"{__package__}.{name}"
+    return extend_rank
 
 
 def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:

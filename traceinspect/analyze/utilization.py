@@ -37,9 +37,9 @@ import pandas as pd
 
 from .attribution import is_comm_kernel, sync_call_rows
 from .intervals import build_timeline
+from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
 
-DEFAULT_WINDOW_US = 100_000.0
 FILL_CATEGORIES = ("copy", "dataloader", "sync", "other")
 COLUMNS = ["window", "window_start_us", "window_end_us", "partial", "util", "comm_only", *FILL_CATEGORIES]
 LOW_UTIL = 0.5
@@ -54,8 +54,8 @@ LAUNCH_CALLS = frozenset({
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
-def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
-    window_us = float(getattr(config, "util_window_us", DEFAULT_WINDOW_US) or DEFAULT_WINDOW_US)
+def extend_rank(rank: RankTrace, steps, ra, config: Config = DEFAULT) -> None:
+    window_us = float(config.util_window_us)
     ev = rank.events
     _launch_columns(ev, steps, ra)
     tl = _timeline(ev, steps)

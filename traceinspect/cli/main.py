@@ -174,15 +174,31 @@ def rules() -> None:
 
 @cli.command()
 @click.argument("rule_id")
-def explain(rule_id) -> None:
-    """Print one rule's documentation: what it detects, the condition, why it matters, the fix."""
-    from ..diagnose import all_rules, doc_of, get_rule
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE", help="Show the values as `report --set` would.")
+def explain(rule_id, settings) -> None:
+    """Print one rule's documentation (what it detects, the condition, why it matters, the fix) and the thresholds
+    it reads with their current values."""
+    import textwrap
+
+    from ..config import Config, field_comments
+    from ..diagnose import all_rules, doc_of, get_rule, thresholds_of
 
     mod = get_rule(rule_id)
     if mod is None:
         known = ", ".join(m.ID for m in all_rules())
         raise UsageError(f"unknown rule '{rule_id}' (known: {known})")
+    config, default = Config().with_settings(settings), Config()
     click.echo(doc_of(mod))
+    names = thresholds_of(mod)
+    if names:
+        click.echo("\nThresholds (change with `traceinspect report DIR --set NAME=VALUE`):")
+        notes = field_comments()
+        for n in names:
+            value, was = getattr(config, n), getattr(default, n)
+            changed = "" if value == was else f" (default {was})"
+            click.echo(f"  {n} = {value}{changed}")
+            if notes.get(n):
+                click.echo(textwrap.fill(notes[n], 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
 
 
 @cli.command()

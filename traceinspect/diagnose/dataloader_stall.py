@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 from ._util import mean, severity_for, step_ids
 
 ID = "dataloader-stall"
 TITLE = "Training loop waits on the DataLoader"
+NEEDS = Needs(steps=("step", "wall_us", "dataloader_us"), gpu_steps=("idle_dataloader_us",))
 
 FIX = (
     "loader = DataLoader(dataset, batch_size=..., num_workers=8,\n"

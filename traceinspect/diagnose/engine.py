@@ -61,20 +61,16 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     missing = [r for r in range(world_size or 0) if r not in have]
     report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
                     missing_ranks=missing, errors=[e for r in ranks for e in r.errors])
-    try:
+    if len(ranks) > 1:
         from ..analyze.cross_rank import cross_rank_analysis
-    except ImportError:
-        cross_rank_analysis = None
-    if cross_rank_analysis is not None and len(ranks) > 1:
-        report.cross_rank = cross_rank_analysis(ranks, config)
-    from . import all_rules
 
-    findings: list[Finding] = []
-    for rule in all_rules():
         try:
-            findings.extend(rule.check(report, config))
-        except Exception as exc:  # a broken rule must not take the report down with it
-            report.errors.append(f"rule {rule.ID} failed: {type(exc).__name__}: {exc}")
+            report.cross_rank = cross_rank_analysis(ranks, config)
+        except Exception as exc:  # the per-rank findings still stand
+            report.errors.append(f"cross-rank analysis failed: {type(exc).__name__}: {exc}")
+    from . import all_rules, run_rules
+
+    findings = run_rules(report, config)
     order = {m.ID: i for i, m in enumerate(all_rules())}
     findings.sort(key=lambda f: (-severity_rank(f.severity), order.get(f.id, 99)))
     report.findings = findings

@@ -36,10 +36,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 
 ID = "exposed-comm"
 TITLE = "Communication not hidden behind compute"
+NEEDS = Needs(
+    steps=("step", "wall_us", "comm_exposed_us", "comm_calls", "comm_tail_us", "comm_tail_total_us",
+           "allreduce_busbw_gbps"),
+)
 
 FIX = (
     "model = DistributedDataParallel(model, device_ids=[local_rank],\n"
@@ -59,8 +64,8 @@ def _waits(report) -> dict:
 
 
 def check(report, config) -> list[Finding]:
-    warn = getattr(config, "comm_exposed_share_warning", 0.10)
-    crit = getattr(config, "comm_exposed_share_critical", 0.30)
+    warn = config.comm_exposed_share_warning
+    crit = config.comm_exposed_share_critical
     waits = _waits(report)
     per_rank = []
     for ra in report.ranks:

@@ -24,11 +24,13 @@ at launch overhead), GPU busy time.
 
 from __future__ import annotations
 
+from . import Needs
 from .finding import Finding
 from ._util import mean, severity_for, step_ids
 
 ID = "gpu-idle"
 TITLE = "GPU idle for a large share of the step"
+NEEDS = Needs(steps=("step", "wall_us"), gpu_steps=("bd_idle",))
 
 FIXES = {
     "dataloader": "DataLoader(..., num_workers=8, persistent_workers=True, pin_memory=True)",

@@ -27,10 +27,12 @@ or keep the code path and disable it: ``scaler = torch.amp.GradScaler("cuda", en
 
 from __future__ import annotations
 
+from . import Needs
 from .finding import Finding
 
 ID = "gradscaler-with-bf16"
 TITLE = "GradScaler used with bf16 autocast"
+NEEDS = Needs(steps=("step", "wall_us"), gpu_steps=("matmul_bf16_us", "matmul_fp16_us"), tables=("amp_ops",))
 
 FIX = (
     'scaler = torch.amp.GradScaler("cuda", enabled=(amp_dtype == torch.float16))  # off for bf16\n'
@@ -40,7 +42,7 @@ FP16_TOLERANCE = 0.01
 
 
 def check(report, config) -> list[Finding]:
-    warn = getattr(config, "gradscaler_share_warning", 0.01)
+    warn = config.gradscaler_share_warning
     per_rank, ranks, steps = [], [], set()
     worst_share = 0.0
     for ra in report.ranks:

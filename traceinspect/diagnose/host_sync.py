@@ -24,11 +24,13 @@ Use ``non_blocking=True`` copies into pinned buffers for results needed on the h
 
 from __future__ import annotations
 
+from . import Needs
 from .finding import Finding
 from ._util import mean, severity_for, step_ids
 
 ID = "host-sync"
 TITLE = "The CPU blocks on the GPU inside steps"
+NEEDS = Needs(steps=("step",), gpu_steps=("sync_us", "cpu_step_us"), tables=("sync_calls",))
 
 FIX = (
     "running_loss += loss.detach()               # instead of loss.item() every step\n"

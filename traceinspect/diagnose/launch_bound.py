@@ -33,11 +33,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 from ._util import mean, severity_for, step_ids
 
 ID = "launch-bound"
 TITLE = "The GPU waits on kernel launches"
+NEEDS = Needs(
+    steps=("step", "wall_us"),
+    gpu_steps=("idle_other_us", "kernel_count", "median_kernel_us", "cpu_step_us"),
+)
 
 FIX = (
     'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n'
@@ -46,9 +51,9 @@ FIX = (
 
 
 def check(report, config) -> list[Finding]:
-    warn = getattr(config, "launch_bound_idle_share", 0.20)
-    crit = getattr(config, "launch_bound_idle_share_critical", 0.50)
-    min_kernels = getattr(config, "launch_bound_min_kernels", 20)
+    warn = config.launch_bound_idle_share
+    crit = config.launch_bound_idle_share_critical
+    min_kernels = config.launch_bound_min_kernels
     per_rank, ranks, steps = [], [], set()
     worst = None
     for ra in report.ranks:

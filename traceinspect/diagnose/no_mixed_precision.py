@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 from ._util import mean, severity_for, step_ids
 
 ID = "no-mixed-precision"
 TITLE = "Matrix work in plain fp32 on a GPU with tensor cores"
+NEEDS = Needs(steps=("step",), gpu_steps=("matmul_fp32_us", "compute_kernel_time_us"), tables=("matmul_kernels",))
 
 FIX = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
@@ -50,8 +52,8 @@ SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservat
 
 
 def check(report, config) -> list[Finding]:
-    warn = getattr(config, "fp32_matmul_share_warning", 0.20)
-    crit = getattr(config, "fp32_matmul_share_critical", 0.50)
+    warn = config.fp32_matmul_share_warning
+    crit = config.fp32_matmul_share_critical
     per_rank, ranks, steps = [], [], set()
     worst = None
     for ra in report.ranks:

@@ -31,10 +31,12 @@ stake**: the CPU time inside the flagged records (an upper bound: a fused step t
 
 from __future__ import annotations
 
+from . import Needs
 from .finding import Finding
 
 ID = "optimizer-not-fused"
 TITLE = "Per-parameter optimizer step or zero-filled gradients"
+NEEDS = Needs(steps=("step", "wall_us"), tables=("optimizer",))
 
 FIX = (
     "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"
@@ -51,8 +53,8 @@ def _per_parameter(row) -> bool:
 
 
 def check(report, config) -> list[Finding]:
-    warn = getattr(config, "optimizer_share_warning", 0.05)
-    min_ops = getattr(config, "optimizer_min_ops", 4)
+    warn = config.optimizer_share_warning
+    min_ops = config.optimizer_min_ops
     per_rank, ranks, steps = [], [], set()
     worst_share = 0.0
     kinds_found = set()

@@ -31,11 +31,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 from ._util import gbps, mean, step_ids
 
 ID = "pageable-memcpy"
 TITLE = "Copies from pageable host memory"
+NEEDS = Needs(
+    steps=("step", "wall_us"),
+    gpu_steps=("pageable_h2d_bytes", "pageable_h2d_count", "pageable_h2d_time_us", "pageable_d2h_bytes",
+               "pageable_d2h_count", "pageable_d2h_time_us", "pinned_h2d_bytes", "pinned_h2d_time_us"),
+    tables=("pageable_copies",),
+)
 
 FIX = (
     "loader = DataLoader(dataset, ..., pin_memory=True)\n"

@@ -40,10 +40,16 @@ import math
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 
 ID = "small-buckets"
 TITLE = "Gradients all-reduced in many small DDP buckets"
+NEEDS = Needs(
+    steps=("step", "allreduce_rounds", "bucket_count", "bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes",
+           "grad_bytes"),
+    tables=("collectives",),
+)
 
 MIB = 1024 * 1024
 NICE_CAPS_MB = (25, 32, 50, 64, 100, 128, 256, 512, 1024)
@@ -81,10 +87,10 @@ def _rank_evidence(ra, config) -> dict | None:
     rows = s[s["bucket_count"] > 0]
     if not len(rows):
         return None
-    min_count = getattr(config, "small_bucket_min_count", 8)
-    small_bytes = getattr(config, "small_bucket_bytes", 4 * MIB)
-    share_min = getattr(config, "small_bucket_share", 0.5)
-    target = getattr(config, "small_bucket_target_buckets", 6)
+    min_count = config.small_bucket_min_count
+    small_bytes = config.small_bucket_bytes
+    share_min = config.small_bucket_share
+    target = config.small_bucket_target_buckets
     ddp = (ra.metadata or {}).get("ddp") or {}
     cap_mb = ddp.get("bucket_cap_mb")
     count = int(np.median(rows["bucket_count"]))
@@ -185,10 +191,10 @@ def check(report, config) -> list[Finding]:
         steps=sorted({s for e in per_rank for s in e["steps"]}),
         evidence={
             "per_rank": per_rank,
-            "threshold_min_buckets_per_round": getattr(config, "small_bucket_min_count", 8),
-            "threshold_small_bucket_bytes": getattr(config, "small_bucket_bytes", 4 * MIB),
-            "threshold_small_share": getattr(config, "small_bucket_share", 0.5),
-            "ddp_default_bucket_cap_bytes": getattr(config, "ddp_bucket_cap_bytes", 25 * MIB),
+            "threshold_min_buckets_per_round": config.small_bucket_min_count,
+            "threshold_small_bucket_bytes": config.small_bucket_bytes,
+            "threshold_small_share": config.small_bucket_share,
+            "ddp_default_bucket_cap_bytes": config.ddp_bucket_cap_bytes,
         },
         fix=fix,
         time_at_stake_us=worst.get("time_at_stake_us"),

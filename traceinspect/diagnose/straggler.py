@@ -33,10 +33,12 @@ causes per step, the cause with both sides' numbers, and every candidate compare
 
 from __future__ import annotations
 
+from . import Needs
 from .finding import Finding
 
 ID = "straggler"
 TITLE = "One rank holds the others back at every collective"
+NEEDS = Needs()  # reads the cross-rank analysis (report.cross_rank), no per-rank columns
 
 FIXES = {
     "dataloader_us": (
@@ -69,10 +71,10 @@ def check(report, config) -> list[Finding]:
     s = cr.get("straggler")
     if not s:
         return []
-    min_last = getattr(config, "straggler_min_last_share", 0.6)
-    warn = getattr(config, "straggler_skew_share_warning", 0.05)
-    crit = getattr(config, "straggler_skew_share_critical", 0.20)
-    min_us = getattr(config, "straggler_min_skew_us", 500.0)
+    min_last = config.straggler_min_last_share
+    warn = config.straggler_skew_share_warning
+    crit = config.straggler_skew_share_critical
+    min_us = config.straggler_min_skew_us
     r = s["rank"]
     others = [p for p in cr.get("per_rank", []) if p["rank"] != r]
     others_caused = max((p.get("caused_wait_per_step_us") or 0.0 for p in others), default=0.0)

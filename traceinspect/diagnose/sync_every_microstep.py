@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import Needs
 from .finding import Finding
 
 ID = "sync-every-microstep"
 TITLE = "Gradients all-reduced on every micro-batch (model.no_sync() missing)"
+NEEDS = Needs(steps=("step", "allreduce_rounds", "backward_passes"), tables=("collectives",))
 
 FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
@@ -57,7 +59,7 @@ def _med(x) -> float | None:
 
 
 def check(report, config) -> list[Finding]:
-    crit_share = getattr(config, "comm_exposed_share_critical", 0.30)
+    crit_share = config.comm_exposed_share_critical
     per_rank = []
     for ra in report.ranks:
         s = ra.steps

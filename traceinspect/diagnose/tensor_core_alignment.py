@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import re
 
+from . import Needs
 from .finding import Finding
 
 ID = "tensor-core-alignment"
 TITLE = "16-bit GEMMs with dimensions not multiple of 8"
+NEEDS = Needs(tables=("gemm_shapes",))
 
 FIX = (
     "vocab = (vocab + 63) // 64 * 64          # pad embedding / output sizes\n"
@@ -50,8 +52,8 @@ def _narrow(kernel: str) -> bool:
 
 
 def check(report, config) -> list[Finding]:
-    share_min = getattr(config, "tc_alignment_share", 0.10)
-    narrow_min = getattr(config, "tc_alignment_narrow_share", 0.10)
+    share_min = config.tc_alignment_share
+    narrow_min = config.tc_alignment_narrow_share
     per_rank, ranks, steps = [], [], set()
     sev = "info"
     for ra in report.ranks:
