@@ -335,7 +335,8 @@ def test_cli_without_torch(command: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip() == "Error: torch is needed to capture: pip install 'traceinspect[capture]'"
+    assert res.stderr.strip() == ("Error: capturing traces needs torch, which is not installed: "
+                                  "pip install 'traceinspect[capture]'")
 
 
 def test_capture_modules_do_not_import_torch_or_the_analyzer() -> None:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 import click
 
 from ..capture import profiling as _capture
+from ..errors import UsageError
 
 __all__ = ["capture", "demo", "run_capture", "render_knobs",
            "CaptureFailed", "CPU_DEMO_OVERRIDES", "standalone_main"]
@@ -33,7 +34,6 @@ __all__ = ["capture", "demo", "run_capture", "render_knobs",
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine.
 CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 8}
 
-TORCH_MISSING = "torch is needed to capture: pip install 'traceinspect[capture]'"
 
 
 class CliError(click.ClickException):
@@ -50,11 +50,12 @@ class CaptureFailed(RuntimeError):
 
 
 def _import_torch():
+    from .._optional import MissingDependency, import_optional
+
     try:
-        import torch
-    except ImportError:
-        raise CliError(TORCH_MISSING) from None
-    return torch
+        return import_optional("torch", "capturing traces")
+    except MissingDependency as e:
+        raise CliError(str(e)) from None
 
 
 def _package_root() -> Path:
@@ -305,8 +306,11 @@ def demo(out, nproc, model, overrides, report, verbose):
         click.echo(f"next: traceinspect report {folders['baseline']}; traceinspect report {folders['optimized']}")
         return
     try:
-        from ..run import local as _analysis_stack, report_folder  # noqa: F401  (pandas, numpy, pyarrow)
-    except ImportError as e:
+        from .._optional import require
+        from ..run import ANALYSIS_STACK, report_folder
+
+        require(ANALYSIS_STACK, "the demo's comparison")
+    except UsageError as e:
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
     from .diff import render_diff_text

@@ -156,10 +156,11 @@ def _write_out_dir(out_dir: str, d: dict, rep) -> None:
     out = Path(out_dir)
     _write(str(out / "report.json"), dumps(d))
     _write(str(out / "report.md"), render_markdown(d))
-    try:
-        from ..render.plots import write_plots
-    except ImportError:
-        return
+    from .._optional import import_optional
+
+    import_optional("matplotlib", "--out (the plots)")
+    from ..render.plots import write_plots
+
     write_plots(d, rep, out)
 
 
@@ -209,24 +210,17 @@ def schema() -> None:
     click.echo(schema_text(), nl=False)
 
 
-def _register_optional() -> None:
-    """Commands in their own modules (capture needs no analysis stack; diff needs no capture stack)."""
-    try:
-        from .capture import capture, demo
+def _register_commands() -> None:
+    """Commands in their own modules (capture needs no analysis stack; diff needs no capture stack). They import
+    only click and the standard library at load time, so a failure here is a broken install: not hidden."""
+    from .capture import capture, demo
+    from .diff import diff
 
-        cli.add_command(capture)
-        cli.add_command(demo)
-    except ImportError:
-        pass
-    try:
-        from .diff import diff
-
-        cli.add_command(diff)
-    except ImportError:
-        pass
+    for command in (capture, demo, diff):
+        cli.add_command(command)
 
 
-_register_optional()
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,14 @@ def to_doc(live):
     return from_dict(live.to_dict())
 
 
+# What analysing traces imports (a cached or saved report needs none of it).
+ANALYSIS_STACK = ("numpy", "pandas", "pyarrow")
+
+
 def _analyze(path, config: Config, observer: Observer | None):
+    from .._optional import require
+
+    require(ANALYSIS_STACK, "analysing traces")
     progress = observer.decoded if observer is not None else None
     if config.executor == "dask":
         from .dask import analyze_with_dask

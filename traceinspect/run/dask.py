@@ -21,10 +21,10 @@ from .local import _world, rank_task
 
 def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
                       progress: ProgressFn | None = None, client=None) -> Report:
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError:
-        raise UsageError("--executor dask needs dask.distributed: pip install 'traceinspect[dask]'") from None
+    from .._optional import import_optional
+
+    distributed = import_optional("dask.distributed", "--executor dask")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     files = [f.resolve() for f in find_trace_files(path)]
     if not files:
         raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
