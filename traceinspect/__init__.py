@@ -5,11 +5,11 @@ The analysis path never imports torch; ``traceinspect.capture`` and ``traceinspe
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "analyze", "analyze_path", "Config", "__version__"]
+__all__ = ["report_folder", "load", "analyze", "analyze_path", "Config", "__version__"]
 
 
-_LAZY = {"load": ("load", None), "analyze": ("analyze", None), "analyze_path": ("run.api", "analyze_path"),
-         "Config": ("config", "Config")}
+_LAZY = {"report_folder": ("run", "report_folder"), "load": ("load", None), "analyze": ("analyze", None),
+         "analyze_path": ("run.api", "analyze_path"), "Config": ("config", "Config")}
 
 
 def __getattr__(name):  # lazy: importing the package stays cheap (and works without the analysis deps)
