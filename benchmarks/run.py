@@ -344,9 +344,8 @@ def _row(inp: Input, tool: str, m: Measured, extra: dict | None = None) -> Row:
 
 
 def clear_ti_cache(inp: Input, xdg: Path) -> None:
-    """Remove every place traceinspect keeps its column cache for this input (see traceinspect/cache.py)."""
-    for d in [Path(inp.dir) / ".traceinspect-cache", xdg / "traceinspect"]:
-        shutil.rmtree(d, ignore_errors=True)
+    """Remove traceinspect's cache (one folder, $TRACEINSPECT_CACHE_DIR below; see traceinspect/run/cache.py)."""
+    shutil.rmtree(xdg / "traceinspect", ignore_errors=True)
 
 
 def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work: Path) -> list[Row]:
@@ -371,7 +370,7 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
         done(_row(inp, "HTA", m, m.last_json() or {}))
     if ti is not None:
         xdg = work / "xdg-cache"
-        env = dict(os.environ, XDG_CACHE_HOME=str(xdg))
+        env = dict(os.environ, XDG_CACHE_HOME=str(xdg), TRACEINSPECT_CACHE_DIR=str(xdg / "traceinspect"))
         runs = [("ti", ["--no-cache"], True), ("ti cold", [], True), ("ti warm", [], False)]
         for tool, extra_args, clear in runs:
             if clear:
