@@ -13,11 +13,7 @@ from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
 
-# GPU categories in priority order: an instant where several run is charged to the first one.
-GPU_CATEGORIES = ("compute", "comm", "h2d", "d2h", "d2d", "memset")
-EXPOSED_NAMES = ("compute", "comm_exposed", "h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed")
-# CPU-only traces (gloo): the training thread's time, in priority order.
-CPU_CATEGORIES = ("dataloader", "comm", "optimizer", "backward", "forward", "other")
+from .categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES  # noqa: F401  (defined once, there)
 
 SYNC_CALLS = frozenset(
     {

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..analyze.attribution import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
+from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from .columns import STEP_COLUMNS
 from .doc import SCHEMA  # noqa: F401  (re-exported: the contract's name)
 

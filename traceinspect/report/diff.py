@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import math
 
+from ..analyze.categories import GPU_BREAKDOWN
+from ..diagnose.finding import SEVERITIES
+
 DIFF_SCHEMA = "traceinspect.diff/1"
 SE_FACTOR = 2.0
 MIN_SHARE = 0.01
@@ -35,10 +38,10 @@ NOISE_RULE = (f"a change is significant when |delta| > {SE_FACTOR:g} x SE, SE = 
               f"sd_new^2/n_new) (Welch, sample sd over steps), and |delta| > {100 * MIN_SHARE:g} % of the base "
               "rank's mean step; fewer than 2 steps on a side: cannot tell")
 
-GPU_KEYS = ("compute", "comm_exposed", "h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed", "idle")
+GPU_KEYS = GPU_BREAKDOWN
+# The CPU categories in reading order (a step's course: load, forward, backward, communicate, update).
 CPU_KEYS = ("dataloader", "forward", "backward", "comm", "optimizer", "other")
 CPU_WAITS = (("dataloader_us", "dataloader_wait"), ("sync_us", "sync_wait"))
-SEVERITIES = ("info", "warning", "critical")
 
 
 def _real_steps(rank: dict) -> list[dict]:

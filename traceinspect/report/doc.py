@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from ..diagnose.finding import SEVERITIES
 from .columns import STEP_COLUMNS
 
 SCHEMA = "traceinspect.report/1"
@@ -105,7 +106,7 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     """A finding: the rule id (stable), severity, evidence (raw units, the thresholds crossed) and the fix."""
 
     id: str
-    severity: Literal["info", "warning", "critical"]
+    severity: Literal[SEVERITIES]  # type: ignore[valid-type]
     title: str
     ranks: list[int]
     steps: list[int]
