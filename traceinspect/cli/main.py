@@ -135,10 +135,10 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
 
 
 def dumps(d: dict) -> str:
-    """The JSON report as indented text (msgspec: a large report encodes in a fraction of the stdlib's time)."""
-    import msgspec
+    """The JSON report as indented text (``report.io.dumps``: the format a saved report is read back from)."""
+    from ..report.io import dumps as _dumps
 
-    return msgspec.json.format(msgspec.json.encode(d), indent=1).decode()
+    return _dumps(d)
 
 
 def _write(path: str, text: str) -> None:

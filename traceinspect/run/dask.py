@@ -1,6 +1,6 @@
 """The per-rank stage on a Dask cluster (``--executor dask``), for jobs with more ranks than one machine should parse.
 
-Each rank's files are decoded and analyzed by one Dask task (``pipeline.rank_task``); only the small per-rank
+Each rank's files are decoded and analyzed by one Dask task (``run.local.rank_task``); only the small per-rank
 summaries travel back, and the cross-rank stage and the rules run here, exactly as with the local executor, so the
 report is the same. Workers must see the trace files under the same paths (a shared file system). Without
 ``--scheduler`` a local cluster with one worker process per core is started for the run.
@@ -17,6 +17,7 @@ from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError, UsageError
 from ..load.reader import ProgressFn, find_trace_files, group_by_rank
 from .local import _world, rank_task
+from .pool import worker_count
 
 
 def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
@@ -39,7 +40,7 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
             if scheduler:
                 client = Client(scheduler, timeout="30s")
             else:
-                cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                cluster = LocalCluster(n_workers=worker_count(config), threads_per_worker=1, processes=True,
                                        dashboard_address=None)
                 client = Client(cluster)
         except (OSError, TimeoutError) as exc:
