@@ -184,3 +184,49 @@ def test_cached_report_imports_no_pandas(tmp_path):
                                  timeout=300).stdout.split()
     assert run() == ["0", "numpy", "pandas", "pyarrow"]  # first: analysed
     assert run() == ["0"]  # second: from the cache, nothing heavy imported
+
+
+def test_diff_and_api_reuse_the_whole_report_cache(tmp_path, monkeypatch):
+    """report_folder is the one entry: after one report, diff and the Python API take the document from the cache
+    (the analysis is not run again: it is replaced here by a stand-in that fails)."""
+    import traceinspect.run as run
+
+    folder = _copy_fixture(tmp_path / "traces")
+    cfg = Config(workers=1, cache_dir=str(tmp_path / "cache"))
+    first = report_folder(folder, cfg)
+    assert not first.from_cache
+
+    def no_analysis(*a, **k):
+        raise AssertionError("analysed again")
+
+    monkeypatch.setattr(run, "_analyze", no_analysis)
+    again = report_folder(folder, cfg)
+    assert again.from_cache and again.doc == first.doc
+    assert main(["diff", str(folder), str(folder), "-q", "--cache-dir", str(tmp_path / "cache"), "--workers", "1"]) == 0
+
+
+def test_observer_hears_begin_progress_and_end(tmp_path):
+    from traceinspect.run import Observer
+
+    class Log(Observer):
+        def __init__(self):
+            self.calls = []
+
+        def begin(self, files, total_bytes):
+            self.calls.append(("begin", len(files), total_bytes))
+
+        def decoded(self, path, nbytes, total=0):
+            self.calls.append(("decoded", nbytes))
+
+        def end(self, from_cache):
+            self.calls.append(("end", from_cache))
+
+    folder = _copy_fixture(tmp_path / "traces")
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    cfg = Config(workers=1, cache_dir=str(tmp_path / "cache"))
+    log = Log()
+    report_folder(folder, cfg, log)
+    assert log.calls[0] == ("begin", 1, size) and log.calls[-1] == ("end", False)
+    log2 = Log()
+    report_folder(folder, cfg, log2)
+    assert log2.calls == [("end", True)]
