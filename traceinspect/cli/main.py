@@ -166,11 +166,14 @@ def _write_out_dir(out_dir: str, d: dict, rep) -> None:
 
 @cli.command()
 def rules() -> None:
-    """List the rules: id and title."""
-    from ..diagnose import all_rules
+    """List the rules: id and title (and, on stderr, any rule module that cannot be loaded)."""
+    from ..diagnose import load_rules
 
-    for mod in all_rules():
+    mods, errors = load_rules()
+    for mod in mods:
         click.echo(f"{mod.ID:24s} {mod.TITLE}")
+    for e in errors:
+        click.echo(f"traceinspect: {e}", err=True)
 
 
 @cli.command()

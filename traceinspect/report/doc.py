@@ -41,10 +41,11 @@ def _step_doc() -> type:
     ]
     optional = [(c.name, Annotated[_TYPES[c.type] | UnsetType, Meta(description=f"{c.meaning} [{c.unit}]")], UNSET)
                 for c in STEP_COLUMNS]
-    optional += [
+    extra = [
         ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
-        ("backlog_us", Num | UnsetType, UNSET),
+        ("backlog_us", Num | UnsetType, UNSET),  # until its column is registered (then the registry's entry wins)
     ]
+    optional += [f for f in extra if f[0] not in {c.name for c in STEP_COLUMNS}]
     return msgspec.defstruct("StepDoc", head + optional, omit_defaults=True, kw_only=True)
 
 
