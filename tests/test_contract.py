@@ -70,6 +70,8 @@ def test_cli_json_is_the_saved_format(tmp_path):
 def test_schema_command_prints_the_schema(capsys):
     assert main(["schema"]) == 0
     assert capsys.readouterr().out == SCHEMA_FILE.read_text()
+    assert main(["schema", "--columns"]) == 0
+    assert capsys.readouterr().out in (ROOT / "docs" / "metrics.md").read_text()
 
 
 @pytest.mark.parametrize("text, why", [

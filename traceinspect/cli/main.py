@@ -206,8 +206,14 @@ def explain(rule_id, settings) -> None:
 
 
 @cli.command()
-def schema() -> None:
+@click.option("--columns", is_flag=True, help="Print the step fields as a Markdown table instead (docs/metrics.md).")
+def schema(columns) -> None:
     """Print the JSON Schema of the report (``report --json``), generated from its types (docs/report.schema.json)."""
+    if columns:
+        from ..report.columns import columns_markdown
+
+        click.echo(columns_markdown(), nl=False)
+        return
     from ..report.io import schema_text
 
     click.echo(schema_text(), nl=False)
