@@ -157,3 +157,9 @@ def test_cpu_only_report_validates_and_round_trips(cpu_clean_run):
     built = result.analysis.to_dict()
     assert json.loads(msgspec.json.encode(to_dict(from_dict(built)))) == json.loads(msgspec.json.encode(built))
     assert d["ranks"][0]["steps"][0]["gpu_busy_us"] is None
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_real_reports_meet_every_rule_need(folder):
+    """Declared needs are real columns: no rule reports missing inputs on real GPU, ROCm and inference traces."""
+    assert _live(folder).to_dict()["errors"] == []
