@@ -36,6 +36,13 @@ def pytest_configure(config) -> None:
 
     os.environ["TRACEINSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinspect-test-cache-")
 
+
+def pytest_unconfigure(config) -> None:
+    import os
+    import shutil
+
+    shutil.rmtree(os.environ.pop("TRACEINSPECT_CACHE_DIR", ""), ignore_errors=True)
+
 #: Sample delay for the slow-loader capture: 32 samples per step x 6 ms ~ 190 ms of loading per
 #: step, against ~20-60 ms of compute for the small mlp below.
 SLOW_ITEM_DELAY_MS = 6.0
