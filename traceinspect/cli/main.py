@@ -191,14 +191,14 @@ def explain(rule_id, settings) -> None:
     if mod is None:
         known = ", ".join(m.ID for m in all_rules())
         raise UsageError(f"unknown rule '{rule_id}' (known: {known})")
-    config, default = Config().with_settings(settings), Config()
+    chosen, default = Config().with_settings(settings), Config()
     click.echo(doc_of(mod))
     names = thresholds_of(mod)
     if names:
         click.echo("\nThresholds (change with `traceinspect report DIR --set NAME=VALUE`):")
         notes = field_comments()
         for n in names:
-            value, was = getattr(config, n), getattr(default, n)
+            value, was = getattr(chosen, n), getattr(default, n)
             changed = "" if value == was else f" (default {was})"
             click.echo(f"  {n} = {value}{changed}")
             if notes.get(n):
