@@ -135,7 +135,7 @@ class Config:
 
     def with_settings(self, pairs) -> "Config":
         """``["pageable_share_warning=0.05", ...]`` (``--set``) -> a new Config; each value parsed as its field's
-        type (int, float, bool) and checked (shares in [0, 1], sizes and counts >= 0). One-line error otherwise."""
+        type (int or float) and checked (finite, >= 0, shares at most 1). One-line error otherwise."""
         return replace(self, **dict(parse_setting(p) for p in pairs))
 
 
@@ -159,14 +159,14 @@ def parse_setting(text: str) -> tuple[str, object]:
         raise UsageError(f"--set {text!r}: expected NAME=VALUE, e.g. --set pageable_share_warning=0.05")
     if name not in by_name:
         close = [n for n in by_name if name.split("_")[0] in n][:4]
-        hint = f" (did you mean {', '.join(close)}?)" if close else " (traceinspect explain RULE lists a rule's)"
+        hint = f" (did you mean {', '.join(close)}?)" if close else " (`traceinspect explain RULE` lists a rule's thresholds)"
         raise UsageError(f"--set {name}: unknown setting{hint}")
     kind = by_name[name].type  # a string under `from __future__ import annotations`
     try:
         value = {"int": int, "float": float}[kind](raw.replace("_", ""))
     except (KeyError, ValueError):
         raise UsageError(f"--set {name}={raw}: expected a{'n' if kind == 'int' else ''} {kind}") from None
-    if value < 0 or value != value or (name == "util_window_us" and value == 0):
+    if not value >= 0 or value == float("inf") or (name == "util_window_us" and value == 0):
         raise UsageError(f"--set {name}={raw}: must be {'> 0' if name == 'util_window_us' else '>= 0'}")
     if "share" in name and value > 1:
         raise UsageError(f"--set {name}={raw}: a share is between 0 and 1")
