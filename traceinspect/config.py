@@ -159,7 +159,8 @@ def parse_setting(text: str) -> tuple[str, object]:
         raise UsageError(f"--set {text!r}: expected NAME=VALUE, e.g. --set pageable_share_warning=0.05")
     if name not in by_name:
         close = [n for n in by_name if name.split("_")[0] in n][:4]
-        hint = f" (did you mean {', '.join(close)}?)" if close else " (`traceinspect explain RULE` lists a rule's thresholds)"
+        hint = (f" (did you mean {', '.join(close)}?)" if close
+                else " (`traceinspect explain RULE` lists a rule's thresholds)")
         raise UsageError(f"--set {name}: unknown setting{hint}")
     kind = by_name[name].type  # a string under `from __future__ import annotations`
     try:
@@ -167,7 +168,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     except (KeyError, ValueError):
         raise UsageError(f"--set {name}={raw}: expected a{'n' if kind == 'int' else ''} {kind}") from None
     if not value >= 0 or value == float("inf") or (name == "util_window_us" and value == 0):
-        raise UsageError(f"--set {name}={raw}: must be {'> 0' if name == 'util_window_us' else '>= 0'}")
+        raise UsageError(f"--set {name}={raw}: must be a finite number {'> 0' if name == 'util_window_us' else '>= 0'}")
     if "share" in name and value > 1:
         raise UsageError(f"--set {name}={raw}: a share is between 0 and 1")
     return name, value
