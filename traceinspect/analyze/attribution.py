@@ -187,19 +187,28 @@ def _kernel_columns(out, ev, gidx, gcat, gstep, n, config: Config) -> None:
     out["median_kernel_us"] = med
 
 
+def pageable_launch_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
+    """Rows of the runtime calls that launched pageable host<->device copies (they block until the copy is done)."""
+    kind = ev["kind"].to_numpy()
+    if not len(gidx):
+        return np.empty(0, np.int64)
+    pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
+    if not pageable.any():
+        return np.empty(0, np.int64)
+    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
+    keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
+    rt = np.flatnonzero(is_rt)
+    rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
+    return rt[rt_keys.isin(keys)]
+
+
 def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     """Rows of runtime calls that block the CPU on the GPU: synchronize calls, synchronous copies, and the
     launch calls of pageable copies (the CPU waits for those to finish)."""
     kind = ev["kind"].to_numpy()
     is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
     sync = is_rt & name_mask(ev, lambda s: s in SYNC_CALLS)
-    if len(gidx):
-        pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
-        if pageable.any():
-            keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
-            rt = np.flatnonzero(is_rt)
-            rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
-            sync[rt[rt_keys.isin(keys)]] = True
+    sync[pageable_launch_rows(ev, gidx)] = True
     return np.flatnonzero(sync)
 
 

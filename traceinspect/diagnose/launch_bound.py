@@ -96,6 +96,7 @@ def check(report, config) -> list[Finding]:
     if not per_rank:
         return []
     sh, sev, rank, idle, kern, med, cpk = worst
+    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
     return [Finding(
         id=ID,
         severity=sev,

@@ -122,7 +122,8 @@ def _step_table(r: dict) -> Table:
 
 
 def _evidence_lines(ev: dict, limit: int = 8) -> list[str]:
-    """Flatten the first rank's evidence into short key: value lines."""
+    """Flatten the first rank's evidence into short key: value lines (rules list the rank their title names
+    first)."""
     lines = []
     per_rank = ev.get("per_rank")
     src = per_rank[0] if isinstance(per_rank, list) and per_rank else ev
