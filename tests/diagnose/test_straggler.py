@@ -40,6 +40,8 @@ def test_cause_named_with_its_fraction_and_thin_evidence_marked(slow_rank_run):
     n = {r: sum(1 for e in raw["traceEvents"] if e.get("name") == "c10d::allreduce_") for r, raw in raws.items()}
     assert ev["matched_collectives"] == min(n.values()) < 10
     assert ev["thin_evidence"] is True and f["severity"] == "warning" and "thin evidence" in f["title"]
+    # a CPU-only run: the loader fix without GPU advice
+    assert "DataLoader(" in f["fix"] and "pin_memory" not in f["fix"]
 
 
 def test_a_cause_explaining_little_is_not_named(cpu_baseline_run):

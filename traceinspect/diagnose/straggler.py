@@ -114,6 +114,8 @@ def check(report, config) -> list[Finding]:
         why = (shown + "; what delays it is not visible in the profiled steps (it precedes the window or is not "
                "recorded)")
         fix = UNSEEN_FIX
+    if all(ra.basis == "cpu" for ra in report.ranks):  # no GPU advice on a CPU-only run
+        fix = fix.replace(",\n                    prefetch_factor=4, pin_memory=True)", ",\n                    prefetch_factor=4)")
     title = (f"Rank {r} arrives last at {s['last_count']} of {s['matched']} collectives; the others wait "
              f"{net / 1000:.1f} ms per step ({100 * share:.0f} %){why}"
              + (f" [thin evidence: {s['matched']} matched collectives, {nsteps} steps]" if thin else ""))

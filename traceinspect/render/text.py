@@ -178,6 +178,10 @@ def render(d: dict, console: Console) -> None:
         util = (r.get("utilization") or {}).get("summary")
         if util and util.get("text"):
             console.print(Text(util["text"], style="dim"))
+        backlog = [s for s in r["steps"] if s.get("backlog_us")]
+        if backlog:
+            console.print(Text("GPU backlog from before the window (not counted in the step): " + ", ".join(
+                f"step {s['step']} {ms(s['backlog_us'])} ms" for s in backlog), style="dim"))
     console.print()
     if d["findings"]:
         console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
