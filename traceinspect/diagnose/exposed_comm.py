@@ -22,9 +22,10 @@ The evidence separates two parts:
 
 **Why it matters**: every exposed microsecond is a microsecond the accelerators compute nothing.
 
-**Fix**, from the evidence: the buckets seen per round decide the bucket advice. One bucket per round means the
-whole gradient is reduced after the backward pass, with nothing to overlap: *smaller* buckets let the reduction start
-during the backward pass. Many buckets with a long tail: fewer, bigger ones. When the exposed time is not the
+**Fix**, from the evidence: the buckets seen per round decide the bucket advice. With few buckets (fewer than 8;
+one means the whole gradient is reduced after the backward pass, with nothing to overlap) the tail is the last
+bucket's all-reduce: *smaller* buckets start the reduction during the backward pass and shorten it. With many
+(8 or more, where each call's fixed cost dominates): fewer, bigger ones. When the exposed time is not the
 gradient tail (other collectives), the advice names those collectives instead::
 
     model = DistributedDataParallel(model, device_ids=[local_rank],
@@ -52,9 +53,9 @@ COMMON = (
 )
 DDP = {"gpu": "model = DistributedDataParallel(model, device_ids=[local_rank],\n",
        "cpu": "model = DistributedDataParallel(model,                 # CPU / gloo: no device_ids\n"}
-FIX_ONE_BUCKET = (
-    "# {b:.0f} bucket per round: the whole gradient is reduced after backward, nothing overlaps it.\n"
-    "# Smaller buckets start all-reducing during backward (DDP's default is 25 MB):\n"
+FIX_FEW_BUCKETS = (
+    "# {b:.0f} bucket(s) per round: the step waits for the last bucket's all-reduce after backward (with one, the\n"
+    "# whole gradient's). Smaller buckets start reducing during backward and shorten that tail (default 25 MB):\n"
     "{ddp}                                bucket_cap_mb={cap},  # {why}\n" + COMMON)
 FIX_MANY_BUCKETS = (
     "# {b:.0f} buckets per round and the step waits for the last one: fewer, bigger buckets\n"
@@ -64,6 +65,7 @@ FIX_NOT_TAIL = (
     "# overlap those collectives with compute (issue them asynchronously, async_op=True, and wait later),\n"
     "# make them smaller, or check the interconnect (allreduce_busbw_gbps); bucket settings will not help\n")
 FIX = FIX_MANY_BUCKETS.format(b=8, ddp=DDP["gpu"])
+MANY_BUCKETS = 8  # from this many buckets per round the per-call cost dominates (small-buckets' threshold)
 
 
 def _cap_below(grad_bytes) -> tuple[str, str]:
@@ -96,10 +98,13 @@ def _fix(e: dict) -> str:
         return FIX_NOT_TAIL.format(tail=f"{tail / 1000:.1f} ms of {cost / 1000:.1f} ms", names=names) + COMMON.split(
             "\n", 2)[2]
     ddp = DDP["cpu" if e.get("basis") == "cpu" else "gpu"]
-    if b is not None and b <= 1:
+    if b is not None and b < MANY_BUCKETS:
         cap, why = _cap_below(e.get("grad_bytes_per_round"))
-        return FIX_ONE_BUCKET.format(b=b, cap=cap, why=why, ddp=ddp)
-    return FIX_MANY_BUCKETS.format(b=b if b is not None else float("nan"), ddp=ddp)
+        return FIX_FEW_BUCKETS.format(b=b, cap=cap, why=why, ddp=ddp)
+    if b is None:  # no gradient all-reduce seen in the rounds: no bucket count to go by
+        return ("# no gradient buckets seen in the trace: compare bucket_cap_mb around DDP's default\n" + ddp
+                + "                                bucket_cap_mb=25,\n" + COMMON)
+    return FIX_MANY_BUCKETS.format(b=b, ddp=ddp)
 
 
 def _waits(report) -> dict:
