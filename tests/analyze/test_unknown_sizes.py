@@ -41,3 +41,23 @@ def test_known_sizes_still_summed():
         assert s["comm_unknown_size_count"] == 0
         assert s["allreduce_bytes"] == sum(c["bytes"] for c in s["collectives"] if c["name"] == "allreduce")
         assert s["h2d_bytes"] is not None
+
+
+def test_one_unknown_size_makes_the_sum_unknown_not_zero():
+    """CONSTRUCTED (per-step sums only, no trace): a step whose collectives include one unrecorded size has an
+    unknown byte sum (NaN -> null), a step without collectives has 0, a fully known step its exact sum."""
+    import numpy as np
+    import pandas as pd
+
+    from traceinspect.analyze.collectives import _total_columns
+
+    c = pd.DataFrame({"step": [1, 1, 2, 2], "name": ["allreduce"] * 4, "bytes": [100, -1, 100, 50],
+                      "dur_us": [10.0, 10.0, 10.0, 10.0], "group_size": [2] * 4})
+    c = c.assign(_b=c["bytes"].astype(float), _d=c["dur_us"], _known=(c["bytes"] >= 0).astype(float),
+                 _small=True, _sd=c["dur_us"])
+    out = pd.DataFrame(index=pd.Index([1, 2, 3]))
+    _total_columns(out, c)
+    assert np.isnan(out.loc[1, "allreduce_bytes"]) and np.isnan(out.loc[1, "comm_bytes"])
+    assert out.loc[1, "comm_unknown_size_count"] == 1
+    assert out.loc[2, "allreduce_bytes"] == 150 and out.loc[2, "comm_unknown_size_count"] == 0
+    assert out.loc[3, "allreduce_bytes"] == 0 and out.loc[3, "allreduce_count"] == 0
