@@ -38,26 +38,42 @@ def reference_steps(raw: dict) -> list[dict]:
         end = max([s["ts"] + s["dur"]] + [g["ts"] + g["dur"] for g in launched])
         prev_end = end
         windows.append((start, end))
-    out = []
-    for i, s in enumerate(steps):
-        start, end = windows[i]
-        # GPU work belongs to the step that launched it; work no step launched, to the window it starts in.
-        mine = [g for g in gpu if launch.get(g["args"].get("correlation")) == i
-                or (g["args"].get("correlation") not in launch and start <= g["ts"] < end)]
-        # Union of all GPU intervals clipped to the window, by sorting and merging.
-        iv = sorted((max(g["ts"], start), min(g["ts"] + g["dur"], end)) for g in gpu)
-        busy, cur_s, cur_e = 0.0, None, None
+    # Backlog: GPU work running in the first step that no step launched, whose launch call the file lacks or holds
+    # from before that step began (queued before the window). It is no step's work.
+    call_ts = {e["args"]["correlation"]: e["ts"] for e in ev
+               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    s0, e0 = windows[0] if windows else (0, 0)
+    backlog = {id(g) for g in gpu if g["args"].get("correlation") not in launch and s0 <= g["ts"] < e0
+               and call_ts.get(g["args"].get("correlation"), -float("inf")) < steps[0]["ts"]}
+    if not launch:  # a file that links no launch to GPU work cannot tell backlog apart
+        backlog = set()
+
+    def union(intervals, start, end):
+        iv = sorted((max(a, start), min(b, end)) for a, b in intervals)
+        total, cur_s, cur_e = 0.0, None, None
         for a, b in iv:
             if b <= a:
                 continue
             if cur_e is None or a > cur_e:
                 if cur_e is not None:
-                    busy += cur_e - cur_s
+                    total += cur_e - cur_s
                 cur_s, cur_e = a, b
             else:
                 cur_e = max(cur_e, b)
         if cur_e is not None:
-            busy += cur_e - cur_s
+            total += cur_e - cur_s
+        return total
+
+    out = []
+    for i, s in enumerate(steps):
+        start, end = windows[i]
+        # GPU work belongs to the step that launched it; work no step launched, to the window it starts in.
+        mine = [g for g in gpu if id(g) not in backlog and (launch.get(g["args"].get("correlation")) == i
+                or (g["args"].get("correlation") not in launch and start <= g["ts"] < end))]
+        own = [(g["ts"], g["ts"] + g["dur"]) for g in gpu if id(g) not in backlog]
+        busy = union(own, start, end)
+        only_backlog = union([(g["ts"], g["ts"] + g["dur"]) for g in gpu], start, end) - busy
+        end -= only_backlog  # the wall leaves out the time only the backlog ran
         copies = [g for g in mine if g["cat"] == "gpu_memcpy"]
         out.append(
             {

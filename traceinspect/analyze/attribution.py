@@ -119,10 +119,15 @@ def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.Dat
 
     if len(gidx):
         gcat = gpu_category_codes(ev, gidx)
-        tl = build_timeline(ts[gidx], ts[gidx] + dur[gidx], gcat, len(GPU_CATEGORIES))
+        own = _own_mask(steps)
+        tl = build_timeline(ts[gidx][own], (ts[gidx] + dur[gidx])[own], gcat[own], len(GPU_CATEGORIES))
         excl = tl.exclusive_in(a, b)
         uni = tl.union_in(a, b)
         busy = tl.busy_in(a, b)
+        # GPU work queued before the window runs in the first step but is not its work: the time only it ran is
+        # taken out of the step's wall (it is neither the step's compute nor its idle time).
+        out["backlog_us"] = _backlog_only(ts[gidx], ts[gidx] + dur[gidx], own, a, b)
+        out["wall_us"] = out["wall_us"] - out["backlog_us"]
         for i, name in enumerate(EXPOSED_NAMES):
             out[f"bd_{name}"] = excl[i]
         out["bd_idle"] = out["wall_us"] - busy
@@ -138,6 +143,22 @@ def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.Dat
     if not len(gidx):
         _cpu_breakdown(out, rank, steps)
     return out
+
+
+def _own_mask(steps: Steps) -> np.ndarray:
+    """GPU events (of steps.gpu_index) that are not backlog from before the window."""
+    if steps.backlog_step is None:
+        return np.ones(len(steps.gpu_index), bool)
+    return steps.backlog_step < 0
+
+
+def _backlog_only(start: np.ndarray, end: np.ndarray, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a, b]: time in which backlog GPU work runs and none of the steps' own work does."""
+    if own.all():
+        return np.zeros(len(a))
+    everything = build_timeline(start, end, np.zeros(len(start), int), 1).union_in(a, b)[0]
+    mine = build_timeline(start[own], end[own], np.zeros(int(own.sum()), int), 1).union_in(a, b)[0]
+    return np.maximum(everything - mine, 0.0)
 
 
 def _per_step_sum(values: np.ndarray, step: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
@@ -183,19 +204,28 @@ def _kernel_columns(out, ev, gidx, gcat, gstep, n, config: Config) -> None:
     out["median_kernel_us"] = med
 
 
+def pageable_launch_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
+    """Rows of the runtime calls that launched pageable host<->device copies (they block until the copy is done)."""
+    kind = ev["kind"].to_numpy()
+    if not len(gidx):
+        return np.empty(0, np.int64)
+    pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
+    if not pageable.any():
+        return np.empty(0, np.int64)
+    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
+    keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
+    rt = np.flatnonzero(is_rt)
+    rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
+    return rt[rt_keys.isin(keys)]
+
+
 def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     """Rows of runtime calls that block the CPU on the GPU: synchronize calls, synchronous copies, and the
     launch calls of pageable copies (the CPU waits for those to finish)."""
     kind = ev["kind"].to_numpy()
     is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
     sync = is_rt & name_mask(ev, lambda s: s in SYNC_CALLS)
-    if len(gidx):
-        pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
-        if pageable.any():
-            keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
-            rt = np.flatnonzero(is_rt)
-            rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
-            sync[rt[rt_keys.isin(keys)]] = True
+    sync[pageable_launch_rows(ev, gidx)] = True
     return np.flatnonzero(sync)
 
 

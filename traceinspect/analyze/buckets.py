@@ -190,10 +190,12 @@ BUCKET_SIZES = ("bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes", "
 
 
 def per_step(series: pd.Series | None, idx: pd.Index, fill=np.nan) -> np.ndarray:
-    """``series`` (indexed by step id) as one value per step of ``idx``; steps it lacks get ``fill``."""
-    v = series.reindex(idx).to_numpy(dtype=float) if series is not None else np.full(len(idx), fill)
-    if fill == fill:  # not NaN
-        v = np.nan_to_num(v, nan=fill)
+    """``series`` (indexed by step id) as one value per step of ``idx``; steps it lacks get ``fill``. A NaN the
+    series holds stays NaN: it is a value not known (e.g. a sum with an unrecorded size), not an absent one."""
+    if series is None:
+        return np.full(len(idx), fill, dtype=float)
+    v = series.reindex(idx).to_numpy(dtype=float, copy=True)
+    v[~idx.isin(series.index)] = fill
     return v
 
 

@@ -549,10 +549,10 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
 # Per-step columns
 
 # A rank without collectives in any step: these counts are 0 and these sizes, shares and bandwidths NaN.
-_NO_COMM_COUNTS = ("comm_calls", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
+_NO_COMM_COUNTS = ("comm_calls", "comm_unknown_size_count", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
                    "allreduce_time_us", *BUCKET_COUNTS)
 _NO_COMM_NANS = ("comm_small_time_share", "allreduce_busbw_gbps", *BUCKET_SIZES)
-_INT_COLUMNS = ("comm_calls", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
+_INT_COLUMNS = ("comm_calls", "comm_unknown_size_count", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
                 "grad_allreduce_count")
 
 
@@ -575,7 +575,7 @@ def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, st
         for k in _NO_COMM_NANS:
             out[k] = per_step(None, out.index)
     tail_columns(out, coll, rank, steps, passes)
-    out["comm_exposed_us"] = _exposed(steps_df, out["comm_tail_total_us"])
+    out["comm_exposed_us"] = _exposed(steps_df)
     for k in _INT_COLUMNS:
         out[k] = out[k].astype(np.int64)
     return out.reset_index(drop=True)
@@ -585,6 +585,7 @@ def _sums(g: pd.DataFrame) -> pd.DataFrame:
     """Per step: calls, bytes (NaN when a size is unknown), time, time in small messages, smallest size and
     duration, group size."""
     agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
+                                unknown=("_known", lambda x: float((x < 1).sum())),
                                 d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
                                 bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
     agg.loc[agg["known"] < 1, "b"] = np.nan
@@ -597,6 +598,7 @@ def _total_columns(out: pd.DataFrame, c: pd.DataFrame) -> None:
     idx = out.index
     allc = _sums(c)
     out["comm_calls"] = per_step(allc["n"], idx, 0)
+    out["comm_unknown_size_count"] = per_step(allc["unknown"], idx, 0)
     out["comm_bytes"] = per_step(allc["b"], idx, 0)
     out["comm_time_us"] = per_step(allc["d"].fillna(0.0), idx, 0)
     share = (allc["sd"] / allc["d"]).where((allc["known"] >= 1) & (allc["d"] > 0))
@@ -616,14 +618,15 @@ def _total_columns(out: pd.DataFrame, c: pd.DataFrame) -> None:
     out["allreduce_busbw_gbps"] = per_step(bw, idx)
 
 
-def _exposed(steps_df: pd.DataFrame, tail_total: pd.Series):
+def _exposed(steps_df: pd.DataFrame):
     """Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
-    traces, the training thread's own time in collective calls plus the tails it waits out after each backward."""
+    traces, ``cpu_comm``: the training thread in collective calls or waiting, with nothing else to run, while a
+    collective runs on gloo's threads. The tails after each backward are that same wait (the thread sits idle
+    until the last all-reduce ends), so they are part of ``cpu_comm``, never added to it."""
     if "bd_comm_exposed" in steps_df:
         return steps_df["bd_comm_exposed"].to_numpy(dtype=float)
     if "cpu_comm" in steps_df:
-        t = np.nan_to_num(tail_total.to_numpy(dtype=float))
-        return np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float) + t, steps_df["cpu_step_us"].to_numpy(dtype=float))
+        return np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float), steps_df["cpu_step_us"].to_numpy(dtype=float))
     return np.nan
 
 

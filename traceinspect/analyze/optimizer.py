@@ -5,7 +5,12 @@ ops, the facts the ``optimizer-not-fused`` and ``gradscaler-with-bf16`` rules re
 
 * ``amp_ops``: per step, GradScaler ops (count, CPU time, kernels they launched and their GPU time);
 * ``optimizer``: per step, ``Optimizer.step#*`` and ``Optimizer.zero_grad#*`` calls and what ran inside them: CPU
-  ops (foreach, fused, per-parameter, zeroing) on the same thread, and the kernels they launched.
+  ops (foreach, fused, per-parameter, zeroing) on the same thread, and the kernels they launched; ``truncated``
+  counts the calls that end after the last step of their window (their last events may be missing from the file);
+* ``fused_optimizer_ops``: every fused optimizer op (``aten::_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_``,
+  ``_fused_adagrad_``...) anywhere in the file, steps or not, with ``in_step`` (inside a step's CPU window). Where
+  the profiler's step boundary falls inside ``optimizer.step(closure)`` (Lightning), the fused update of a step
+  runs in the next step's window, or after the last one.
 
 Kernels belong to the span whose thread made the runtime call that launched them, inside the span's time. The
 columns are defined in docs/rules-precision.md. Nothing here imports torch.
@@ -29,7 +34,9 @@ OPT_ZERO_PREFIX = "Optimizer.zero_grad#"
 
 AMP_COLUMNS = ["step", "name", "count", "cpu_us", "kernel_count", "gpu_us"]
 OPT_COLUMNS = ["step", "kind", "optimizer", "calls", "cpu_us", "ops", "foreach_ops", "fused_ops",
-               "single_tensor_ops", "zero_ops", "kernel_count", "multi_tensor_kernels", "gpu_us"]
+               "single_tensor_ops", "zero_ops", "kernel_count", "multi_tensor_kernels", "gpu_us", "truncated"]
+FUSED_COLUMNS = ["name", "count", "in_step"]
+_FUSED_OPT_OP = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad|rmsprop|adadelta|adamax|nadam|radam)_?$")
 
 _MULTI_TENSOR = re.compile(r"multi_tensor_apply|fusedoptimizer|multitensor|fused_adam|fused_sgd", re.I)
 
@@ -38,6 +45,19 @@ def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
     """Add ``ra.tables["amp_ops"]`` and ``ra.tables["optimizer"]``."""
     ra.tables["amp_ops"] = _amp_table(rank.events, steps)
     ra.tables["optimizer"] = _optimizer_table(rank.events, steps)
+    ra.tables["fused_optimizer_ops"] = _fused_ops(rank.events, steps)
+
+
+def _fused_ops(ev: pd.DataFrame, steps) -> pd.DataFrame:
+    """Fused optimizer ops anywhere in the file, by name and whether inside a step's CPU window."""
+    kind = ev["kind"].to_numpy()
+    cats = ev["name"].cat.categories
+    want = [i for i, c in enumerate(cats) if _FUSED_OPT_OP.match(str(c))]
+    rows = np.flatnonzero((kind == int(Kind.CPU_OP)) & np.isin(ev["name"].cat.codes.to_numpy(), want)) if want else []
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in FUSED_COLUMNS})
+    df = pd.DataFrame({"name": name_strings(ev, rows), "in_step": _step_of(steps, ev["ts"].to_numpy()[rows]) >= 0})
+    return df.groupby(["name", "in_step"], sort=True).size().rename("count").reset_index()[FUSED_COLUMNS]
 
 
 def _step_of(steps, rows_ts: np.ndarray) -> np.ndarray:
@@ -128,12 +148,17 @@ def _optimizer_table(ev: pd.DataFrame, steps) -> pd.DataFrame:
     counts = _ops_inside(ev, spans, cats)
     cnt, gpu, multi = kernels_inside(ev, spans)
     names = [cats[c] for c in codes[spans]]
+    # The last step of each window: a call that outlives it was cut by the end of the recording.
+    st = steps.table
+    last_end = st.groupby("window")["cpu_end"].max()
+    span_end = ev["ts"].to_numpy()[spans] + ev["dur"].to_numpy()[spans]
+    truncated = span_end > last_end.reindex(ev["window"].to_numpy()[spans]).to_numpy()
     df = pd.DataFrame({
         "step": steps.table["step"].to_numpy()[k].astype(np.int64),
         "kind": ["step" if n.startswith(OPT_STEP_PREFIX) else "zero_grad" for n in names],
         "optimizer": [n.split("#", 1)[1].rsplit(".", 1)[0] for n in names],
         "calls": 1, "cpu_us": ev["dur"].to_numpy()[spans], **counts, "kernel_count": cnt,
-        "multi_tensor_kernels": multi, "gpu_us": gpu,
+        "multi_tensor_kernels": multi, "gpu_us": gpu, "truncated": truncated.astype(np.int64),
     })
     g = df.groupby(["step", "kind", "optimizer"], sort=True).sum(numeric_only=True).reset_index()
     return g[OPT_COLUMNS]

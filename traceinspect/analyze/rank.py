@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .attribution import GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, sync_call_rows
+from .attribution import (GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, pageable_launch_rows,
+                          sync_call_rows)
 from ..config import Config, DEFAULT
 from .links import enclosing_ops, launch_calls
 from .steps import find_steps
@@ -232,11 +233,16 @@ def issuing_ops(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+NO_OP = "(no op: torch.cuda.synchronize or C++)"
+
+
 def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
-    """Blocking runtime calls inside steps, grouped by step, call and the CPU op that made them."""
+    """Blocking runtime calls inside steps, grouped by step, call and the CPU op that made them (with no op around
+    the call: the innermost annotation around it, e.g. ``DistributedDataParallel.forward``, where DDP times its
+    first iterations), and whether the call is the launch of a pageable copy (``pageable``)."""
     ev = rank.events
     rows = sync_call_rows(ev, steps.gpu_index)
-    cols = ["step", "call", "op", "count", "total_us"]
+    cols = ["step", "call", "op", "pageable", "count", "total_us"]
     if not len(rows):
         return pd.DataFrame(columns=cols)
     ts = ev["ts"].to_numpy()[rows]
@@ -245,10 +251,33 @@ def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
     ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
     rows, k = rows[ok], k[ok]
     df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": name_strings(ev, rows),
-                       "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows]})
-    df["op"] = df["op"].fillna("(no op: torch.cuda.synchronize or C++)")
-    g = df.groupby(["step", "call", "op"], sort=False)["dur"].agg(["count", "sum"]).reset_index()
+                       "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows],
+                       "pageable": np.isin(rows, pageable_launch_rows(ev, steps.gpu_index))})
+    none = df["op"].isna().to_numpy()
+    if none.any():
+        ann = _enclosing_annotations(ev, rows[none])
+        df.loc[none, "op"] = np.where(pd.notna(ann), ann, NO_OP)
+    g = df.groupby(["step", "call", "op", "pageable"], sort=False)["dur"].agg(["count", "sum"]).reset_index()
     return g.rename(columns={"sum": "total_us"})[cols]
+
+
+def _enclosing_annotations(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For runtime-call rows: the name of the innermost user annotation on the call's thread that encloses it,
+    other than ``ProfilerStep#``, or None."""
+    out = np.full(len(rows), None, dtype=object)
+    kind = ev["kind"].to_numpy()
+    ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION))
+                         & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
+    if not len(ann) or not len(rows):
+        return out
+    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
+    names = name_strings(ev, ann)
+    for i, r in enumerate(rows):
+        mine = (tid[ann] == tid[r]) & (win[ann] == win[r]) & (ts[ann] <= ts[r]) & (ts[ann] + dur[ann] >= ts[r] + dur[r])
+        if mine.any():
+            j = np.flatnonzero(mine)
+            out[i] = names[j[np.argmax(ts[ann][j])]]  # the latest-starting enclosing one is the innermost
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------

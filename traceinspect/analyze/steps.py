@@ -9,6 +9,10 @@ The step window used for attribution (documented in docs/metrics.md):
     end_N   = max(cpu_end_N, end of the last GPU activity launched by step N)
 
 so a step owns the GPU tail of the work it launched, and a GPU that lags the CPU does not show as idle.
+
+GPU work queued before the window (the *backlog*: kernels, copies and memsets that run in the first step of a
+window but whose launch the file does not hold, or holds before that step began) belongs to no step: it is
+labelled (``Steps.backlog``) and left out of every step's numbers, so the first profiled step is not inflated.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Steps:
     main_tid: int | None  # the thread that ran the training loop (holds the ProfilerStep annotations)
     gpu_step: np.ndarray  # for each GPU event (rank.events rows with kind >= KERNEL): its step index or -1
     gpu_index: np.ndarray  # row positions of those GPU events in rank.events
+    backlog_step: np.ndarray | None = None  # for each GPU event: the step it runs in when it is backlog, else -1
 
 
 def gpu_rows(ev: pd.DataFrame) -> np.ndarray:
@@ -72,7 +77,7 @@ def find_steps(rank: RankTrace) -> Steps:
     t = t.sort_values("cpu_start").reset_index(drop=True)
 
     gidx = gpu_rows(ev)
-    gpu_step = _launch_steps(ev, gidx, t)
+    gpu_step, launch_ts = _launch_steps(ev, gidx, t)
     # Step ends: the last end of GPU work each step launched.
     gts = ev["ts"].to_numpy()[gidx]
     gend = gts + ev["dur"].to_numpy()[gidx]
@@ -90,25 +95,49 @@ def find_steps(rank: RankTrace) -> Steps:
         end[i] = max(end[i], start[i])
     t["start"] = start
     t["end"] = end
-    # GPU events no step launched (e.g. launched before the first step) go to the window they start in.
+    # GPU events no step launched go to the window they start in; those queued before the window are backlog.
+    backlog_step = np.full(len(gidx), -1, np.int64)
     if (~ok).any() and nsteps:
         k = np.searchsorted(start, gts[~ok], side="right") - 1
         inside = (k >= 0) & (gts[~ok] < end[np.clip(k, 0, None)])
         fill = np.where(inside, k, -1)
         gpu_step = gpu_step.copy()
         gpu_step[~ok] = fill
-    return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx)
+        backlog = _backlog(ev, gidx, ok, launch_ts, gpu_step, t)
+        backlog_step[backlog] = gpu_step[backlog]
+        gpu_step[backlog] = -1
+    return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx, backlog_step=backlog_step)
 
 
-def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Step index of the runtime call that launched each GPU event (joined on window + correlation), or -1."""
-    out = np.full(len(gidx), -1, np.int64)
-    if not len(gidx) or not len(steps):
+def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,
+             steps: pd.DataFrame) -> np.ndarray:
+    """GPU events queued before their window: in the window's first step, launched by no step, with no launch
+    call in the file or one before that step's CPU start. Only where the file links launches to GPU work at all
+    (a trace without launch records has no way to tell backlog from the step's own work)."""
+    out = np.zeros(len(gidx), bool)
+    if not linked.any():
         return out
+    first = steps.groupby("window").head(1)
+    first_idx = dict(zip(first["window"].to_numpy(), first.index.to_numpy()))
+    first_cs = dict(zip(first["window"].to_numpy(), first["cpu_start"].to_numpy()))
+    win = ev["window"].to_numpy()[gidx]
+    for w, i in first_idx.items():
+        here = ~linked & (win == w) & (gpu_step == i)
+        out |= here & (np.isnan(launch_ts) | (launch_ts < first_cs[w]))
+    return out
+
+
+def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Step index of the runtime call that launched each GPU event (joined on window + correlation), or -1; and
+    the time of that call (NaN when the file has none)."""
+    out = np.full(len(gidx), -1, np.int64)
+    lts = np.full(len(gidx), np.nan)
+    if not len(gidx) or not len(steps):
+        return out, lts
     kind = ev["kind"].to_numpy()
     rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
     if not len(rt):
-        return out
+        return out, lts
     rts = ev["ts"].to_numpy()[rt]
     cs = steps["cpu_start"].to_numpy()
     ce = steps["cpu_end"].to_numpy()
@@ -122,4 +151,8 @@ def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> np
     g = pd.DataFrame({"window": ev["window"].to_numpy()[gidx], "corr": ev["corr"].to_numpy()[gidx], "pos": np.arange(len(gidx))})
     m = g.merge(launch, on=["window", "corr"], how="inner")
     out[m["pos"].to_numpy()] = m["step"].to_numpy()
-    return out
+    calls = pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
+                          "ts": rts}).drop_duplicates(["window", "corr"])
+    mt = g.merge(calls, on=["window", "corr"], how="inner")
+    lts[mt["pos"].to_numpy()] = mt["ts"].to_numpy()
+    return out, lts

@@ -24,8 +24,10 @@ number jumps from one reading to the next: ``summary`` also gives the range of w
 offsets of the grid. Definitions: docs/utilization.md.
 
 ``extend_rank`` also adds the CPU launch columns ``launch_count`` / ``launch_call_us`` (number and summed
-duration of the kernel-launch runtime calls made inside each step's CPU window) and the step column
-``smi_util`` (share of the step window in which a kernel ran). Nothing here imports torch.
+duration of the kernel-launch runtime calls made inside each step's CPU window), ``graph_launch_count`` (of them,
+CUDA / HIP graph replays: one call runs every kernel of the graph), ``launch_gpu_median_us`` (median over the
+step's launch calls of the GPU time of the kernels each launched: a graph replay's is its whole graph's) and
+``kernels_per_launch``, and the step column ``smi_util`` (share of the step window in which a kernel ran). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -231,6 +233,9 @@ def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
     n = len(steps.table)
     count = np.zeros(n, np.int64)
     total = np.zeros(n)
+    graphs = np.zeros(n, np.int64)
+    gpu_median = np.full(n, np.nan)
+    per_launch = np.full(n, np.nan)
     if len(rows) and n:
         ts = ev["ts"].to_numpy()[rows]
         cs = steps.table["cpu_start"].to_numpy()
@@ -239,5 +244,32 @@ def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
         ok = (j >= 0) & (ts < ce[np.clip(j, 0, None)])
         count = np.bincount(j[ok], minlength=n)[:n].astype(np.int64)
         total = np.bincount(j[ok], weights=ev["dur"].to_numpy()[rows][ok], minlength=n)[:n]
+        glut = np.array(["GraphLaunch" in str(c) for c in cats] + [False])
+        is_graph = glut[ev["name"].cat.codes.to_numpy()[rows]]
+        graphs = np.bincount(j[ok & is_graph], minlength=n)[:n].astype(np.int64)
+        gpu_median, per_launch = _gpu_per_launch(ev, rows[ok], j[ok], k, n)
     ra.steps["launch_count"] = count
     ra.steps["launch_call_us"] = total
+    ra.steps["graph_launch_count"] = graphs
+    ra.steps["launch_gpu_median_us"] = gpu_median
+    ra.steps["kernels_per_launch"] = per_launch
+
+
+def _gpu_per_launch(ev: pd.DataFrame, rows: np.ndarray, step: np.ndarray, kernels: np.ndarray, n: int):
+    """Per step: the median GPU time of the kernels one launch call ran (over the step's calls that ran any), and
+    kernels per such call. A call's kernels share its correlation id (all of a graph's, for a graph launch)."""
+    med, per = np.full(n, np.nan), np.full(n, np.nan)
+    if not len(rows) or not len(kernels):
+        return med, per
+    win, corr, dur = ev["window"].to_numpy(), ev["corr"].to_numpy(), ev["dur"].to_numpy()
+    kd = pd.DataFrame({"window": win[kernels], "corr": corr[kernels], "d": dur[kernels]})
+    kd = kd[kd["corr"] >= 0].groupby(["window", "corr"])["d"].agg(["sum", "size"]).reset_index()
+    calls = pd.DataFrame({"window": win[rows], "corr": corr[rows], "step": step})
+    m = calls.merge(kd, on=["window", "corr"], how="inner")
+    if not len(m):
+        return med, per
+    g = m.groupby("step").agg(med=("sum", "median"), k=("size", "sum"), c=("size", "count"))
+    idx = g.index.to_numpy()
+    med[idx] = g["med"].to_numpy()
+    per[idx] = (g["k"] / g["c"]).to_numpy()
+    return med, per

@@ -20,7 +20,8 @@ capture recorded (``num_workers``, ``pin_memory``, ``persistent_workers``, ``pre
     loader = DataLoader(dataset, batch_size=..., num_workers=8,        # ~ CPU cores per GPU
                         persistent_workers=True, prefetch_factor=4, pin_memory=True)
 
-and move heavy work (decoding, augmentation) out of ``__getitem__`` into preprocessing, or onto the GPU.
+(on a CPU-only run without ``pin_memory``, which only helps copies to a GPU, and with fewer workers: they share the
+cores with the training processes) and move heavy work (decoding, augmentation) out of ``__getitem__`` into preprocessing, or onto the GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ FIX = (
     "loader = DataLoader(dataset, batch_size=..., num_workers=8,\n"
     "                    persistent_workers=True, prefetch_factor=4, pin_memory=True)\n"
     "# and keep __getitem__ cheap: decode / augment ahead of time or on the GPU"
+)
+# A CPU-only run has no device to copy to: pinned memory and GPU-side augmentation do not apply.
+FIX_CPU = (
+    "loader = DataLoader(dataset, batch_size=..., num_workers=4,   # leave cores for the training processes\n"
+    "                    persistent_workers=True, prefetch_factor=4)\n"
+    "# and keep __getitem__ cheap: decode / augment ahead of time"
 )
 
 
@@ -75,6 +82,8 @@ def check(report, config) -> list[Finding]:
     if not per_rank:
         return []
     sh, sev, rank, us = worst
+    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
+    cpu_only = all(ra.basis == "cpu" for ra in report.ranks if ra.rank in ranks)
     return [
         Finding(
             id=ID,
@@ -87,7 +96,7 @@ def check(report, config) -> list[Finding]:
                 "threshold_share_warning": config.dataloader_share_warning,
                 "threshold_share_critical": config.dataloader_share_critical,
             },
-            fix=FIX,
+            fix=FIX_CPU if cpu_only else FIX,
             time_at_stake_us=us,
             docs=f"traceinspect explain {ID}",
         )

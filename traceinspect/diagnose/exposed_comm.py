@@ -2,7 +2,7 @@
 
 **Detects**, per step, the communication time nothing else overlaps (``comm_exposed_us``; GPU runs: the timeline's
 exposed communication ``bd_comm_exposed``, when an NCCL kernel runs and no compute kernel does; CPU/gloo runs: the
-training thread's time in collective calls plus the time it waits for each backward pass's last all-reduce), minus
+training thread's time in collective calls or idle while one runs, which includes each backward pass's tail), minus
 the time this rank spent *waiting for other ranks* inside collectives (``wait_us`` of the cross-rank analysis: a
 straggler's cost, reported by the ``straggler`` rule, not a communication cost). See docs/communication.md.
 
@@ -22,10 +22,14 @@ The evidence separates two parts:
 
 **Why it matters**: every exposed microsecond is a microsecond the accelerators compute nothing.
 
-**Fix**::
+**Fix**, from the evidence: the buckets seen per round decide the bucket advice. With few buckets (fewer than 8;
+one means the whole gradient is reduced after the backward pass, with nothing to overlap) the tail is the last
+bucket's all-reduce: *smaller* buckets start the reduction during the backward pass and shorten it. With many
+(8 or more, where each call's fixed cost dominates): fewer, bigger ones. When the exposed time is not the
+gradient tail (other collectives), the advice names those collectives instead::
 
     model = DistributedDataParallel(model, device_ids=[local_rank],
-                                    bucket_cap_mb=50,              # fewer, bigger buckets (see small-buckets)
+                                    bucket_cap_mb=...,             # from the bucket count seen (see above)
                                     gradient_as_bucket_view=True,  # no copy between grads and buckets
                                     static_graph=True)             # if the graph does not change between steps
     # and never block the overlap: no loss.item() / .cpu() / print(tensor) inside the backward or accumulation
@@ -46,14 +50,66 @@ NEEDS = Needs(
            "allreduce_busbw_gbps"),
 )
 
-FIX = (
-    "model = DistributedDataParallel(model, device_ids=[local_rank],\n"
-    "                                bucket_cap_mb=50,              # fewer, bigger buckets\n"
+COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
     "                                static_graph=True)             # if the graph is the same every step\n"
     "# no loss.item() / .cpu() / print(tensor) inside backward or the accumulation loop; log every N steps\n"
     "# with gradient accumulation: model.no_sync() on all micro-batches but the last"
 )
+DDP = {"gpu": "model = DistributedDataParallel(model, device_ids=[local_rank],\n",
+       "cpu": "model = DistributedDataParallel(model,                 # CPU / gloo: no device_ids\n"}
+FIX_FEW_BUCKETS = (
+    "# {b:.0f} bucket(s) per round: the step waits for the last bucket's all-reduce after backward (with one, the\n"
+    "# whole gradient's). Smaller buckets start reducing during backward and shorten that tail (default 25 MB):\n"
+    "{ddp}                                bucket_cap_mb={cap},  # {why}\n" + COMMON)
+FIX_MANY_BUCKETS = (
+    "# {b:.0f} buckets per round and the step waits for the last one: fewer, bigger buckets\n"
+    "{ddp}                                bucket_cap_mb=50,\n" + COMMON)
+FIX_NOT_TAIL = (
+    "# the exposed time is not the gradient all-reduce tail ({tail}); most is in {names}:\n"
+    "# overlap those collectives with compute (issue them asynchronously, async_op=True, and wait later),\n"
+    "# make them smaller, or check the interconnect (allreduce_busbw_gbps); bucket settings will not help\n")
+FIX = FIX_MANY_BUCKETS.format(b=8, ddp=DDP["gpu"])
+MANY_BUCKETS = 8  # from this many buckets per round the per-call cost dominates (small-buckets' threshold)
+
+
+def _cap_below(grad_bytes) -> tuple[str, str]:
+    """A bucket cap that splits the observed gradient into about four buckets (MB, at least 1), and why."""
+    if not grad_bytes or not np.isfinite(grad_bytes):
+        return "...", "a quarter of the gradient size or less (its size is not in the trace)"
+    return str(max(1, int(grad_bytes / 4 / 1e6))), f"about a quarter of the {grad_bytes / 1e6:.1f} MB gradient"
+
+
+def _by_collective(ra, steps) -> dict:
+    """Execution time per step of each collective kind (gradient all-reduces apart from the others)."""
+    c = ra.tables.get("collectives")
+    if c is None or not len(c) or "dur_us" not in c:
+        return {}
+    c = c[c["step"].isin(steps)]
+    if not len(c):
+        return {}
+    kind = np.where(c["grad"].astype(bool), "gradient allreduce", c["name"].astype(str))
+    g = c.assign(_k=kind).groupby("_k")["dur_us"].sum() / max(len(steps), 1)
+    return {str(k): float(v) for k, v in g.sort_values(ascending=False).items()}
+
+
+def _fix(e: dict) -> str:
+    cost, tail = e["comm_cost_us_per_step"], e["tails_all_rounds_us_per_step"]
+    b = e.get("buckets_per_round")
+    if tail is not None and cost > 0 and tail < 0.5 * cost:
+        other = {k: v for k, v in (e.get("comm_time_by_collective_us_per_step") or {}).items()
+                 if k != "gradient allreduce"}
+        names = ", ".join(list(other)[:3]) or "collectives outside the backward pass"
+        return FIX_NOT_TAIL.format(tail=f"{tail / 1000:.1f} ms of {cost / 1000:.1f} ms", names=names) + COMMON.split(
+            "\n", 2)[2]
+    ddp = DDP["cpu" if e.get("basis") == "cpu" else "gpu"]
+    if b is not None and b < MANY_BUCKETS:
+        cap, why = _cap_below(e.get("grad_bytes_per_round"))
+        return FIX_FEW_BUCKETS.format(b=b, cap=cap, why=why, ddp=ddp)
+    if b is None:  # no gradient all-reduce seen in the rounds: no bucket count to go by
+        return ("# no gradient buckets seen in the trace: compare bucket_cap_mb around DDP's default\n" + ddp
+                + "                                bucket_cap_mb=25,\n" + COMMON)
+    return FIX_MANY_BUCKETS.format(b=b, ddp=ddp)
 
 
 def _waits(report) -> dict:
@@ -100,10 +156,15 @@ def check(report, config) -> list[Finding]:
             "allreduce_busbw_gbps": float(np.nanmedian(s["allreduce_busbw_gbps"]))
             if "allreduce_busbw_gbps" in s and s["allreduce_busbw_gbps"].notna().any() else None,
             "comm_calls_per_step": float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
+            "buckets_per_round": float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
+            "grad_bytes_per_round": float(np.nanmedian(s["grad_bytes"]))
+            if "grad_bytes" in s and s["grad_bytes"].notna().any() else None,
+            "comm_time_by_collective_us_per_step": _by_collective(ra, set(int(x) for x in s["step"])),
         })
     if not per_rank:
         return []
     worst = max(per_rank, key=lambda e: e["share_of_step"])
+    per_rank.sort(key=lambda e: e is not worst)  # the rank the title names comes first (renderers show it)
     sev = "critical" if worst["share_of_step"] >= crit else "warning"
     extra_ev = {}
     world = report.world_size or max((ra.world_size or 1) for ra in report.ranks)
@@ -118,7 +179,7 @@ def check(report, config) -> list[Finding]:
         steps=sorted({x for e in per_rank for x in e["steps"]}),
         evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
                   **extra_ev},
-        fix=FIX,
+        fix=_fix(worst),
         time_at_stake_us=worst["comm_cost_us_per_step"],
         docs=f"traceinspect explain {ID}",
     )]

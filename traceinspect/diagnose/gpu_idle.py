@@ -80,6 +80,7 @@ def check(report, config) -> list[Finding]:
     if not per_rank:
         return []
     sh, sev, rank, idle, main = worst
+    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
     label = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
     return [
         Finding(

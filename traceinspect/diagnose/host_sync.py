@@ -11,7 +11,17 @@ at ``host_sync_share_critical``, 20 %). Why 5 %: one ``.item()`` per step for lo
 that means the CPU repeatedly waits for the GPU to drain its queue and then has nothing queued, so the GPU idles
 while the CPU catches up.
 
-**Evidence**: blocked time and number of blocking calls per step, the calls and the CPU ops that made them.
+**Evidence**: blocked time and number of blocking calls per step, the calls and the CPU ops that made them, and what
+the blocked time is (the title names the call and op that block most):
+
+* *pageable copies* (the launch call of a pageable copy returns when the copy is done; not the scalar copy of
+  ``.item()``): the time is the copies', which ``pageable-memcpy`` reports when it fires; ``owned_by:
+  "pageable-memcpy"`` then links it. The fix is pinned memory;
+* *DDP's runtime statistics*: ``cudaEventSynchronize`` inside ``DistributedDataParallel.forward`` with no op
+  around it is DDP timing its first 10 iterations (and every 100th) for its logging; ``ddp_runtime_stats: true``:
+  the profiled window sits in DDP's first iterations, so profile later (``skip_first``); there is no ``.item()`` to
+  remove;
+* anything else: the op that syncs (``aten::_local_scalar_dense`` is ``.item()``), with the fix below.
 
 **Fix**: keep values on the GPU inside the step and read them rarely::
 
@@ -37,6 +47,54 @@ FIX = (
     "if step % log_every == 0:\n"
     "    print(running_loss.item() / log_every)   # one sync per log_every steps"
 )
+FIX_PAGEABLE = (
+    "# the blocked time is pageable copies (see pageable-memcpy): pin the host memory, copy asynchronously\n"
+    "loader = DataLoader(dataset, ..., pin_memory=True)\n"
+    "x = x.to(device, non_blocking=True)"
+)
+FIX_DDP_STATS = (
+    "# DDP times its first 10 iterations (and every 100th) with CUDA events for its runtime statistics:\n"
+    "# these syncs are DDP's own, not your code's. Profile after them:\n"
+    "torch.profiler.schedule(skip_first=10, wait=1, warmup=1, active=3)"
+)
+FIX_SYNCHRONIZE = (
+    "# torch.cuda.synchronize() in the step waits for all queued GPU work: drop it, or time with CUDA events\n"
+    "start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)"
+)
+EVENT_SYNCS = {"cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchronize"}
+DDP_FORWARD = "DistributedDataParallel.forward"
+ITEM_OPS = {"aten::_local_scalar_dense", "aten::item"}
+OWNED_SHARE = 0.5  # pageable copies are most of the blocked time: the time is the copies' (pageable-memcpy)
+
+
+def _top_calls(calls, steps, nsteps: int) -> list[dict]:
+    if calls is None or not len(calls):
+        return []
+    c = calls[calls["step"].isin(steps)]
+    keys = ["call", "op"] + (["pageable"] if "pageable" in c else [])
+    g = c.groupby(keys)[["count", "total_us"]].sum().sort_values("total_us", ascending=False).head(5)
+    out = []
+    for k, v in g.iterrows():
+        out.append({"call": k[0], "op": k[1], "pageable_copy": bool(k[2]) if len(k) > 2 else False,
+                    "count_per_step": float(v["count"]) / nsteps, "us_per_step": float(v["total_us"]) / nsteps})
+    return out
+
+
+def _kind(calls, steps) -> tuple[str, float, float]:
+    """What the blocked time is: ("pageable" | "ddp_stats" | "other"), and the us of pageable copies and of DDP's
+    event syncs over the given steps."""
+    if calls is None or not len(calls):
+        return "other", 0.0, 0.0
+    c = calls[calls["step"].isin(steps)]
+    total = float(c["total_us"].sum())
+    # .item() reads its scalar through a pageable copy: that wait is the sync's, not a copy's transfer time.
+    pageable = float(c.loc[c["pageable"] & ~c["op"].isin(ITEM_OPS), "total_us"].sum()) if "pageable" in c else 0.0
+    ddp = float(c.loc[c["call"].isin(EVENT_SYNCS) & (c["op"] == DDP_FORWARD), "total_us"].sum())
+    if total > 0 and pageable >= OWNED_SHARE * total:
+        return "pageable", pageable, ddp
+    if total > 0 and ddp >= OWNED_SHARE * total:
+        return "ddp_stats", pageable, ddp
+    return "other", pageable, ddp
 
 
 def check(report, config) -> list[Finding]:
@@ -53,19 +111,13 @@ def check(report, config) -> list[Finding]:
         sh = mean(share[mask])
         sev = severity_for(sh, config.host_sync_share_warning, config.host_sync_share_critical) or "warning"
         calls = ra.tables.get("sync_calls")
-        top = []
-        if calls is not None and len(calls):
-            c = calls[calls["step"].isin(s.loc[mask, "step"])]
-            g = c.groupby(["call", "op"])[["count", "total_us"]].sum().sort_values("total_us", ascending=False).head(5)
-            nsteps = max(int(mask.sum()), 1)
-            top = [
-                {"call": k[0], "op": k[1], "count_per_step": float(v["count"]) / nsteps,
-                 "us_per_step": float(v["total_us"]) / nsteps}
-                for k, v in g.iterrows()
-            ]
+        flagged = set(s.loc[mask, "step"])
+        nsteps = max(int(mask.sum()), 1)
+        top = _top_calls(calls, flagged, nsteps)
+        kind, pageable_us, ddp_us = _kind(calls, flagged)
         us = mean(s.loc[mask, "sync_us"])
         if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, us, top)
+            worst = (sh, sev, ra.rank, us, top, kind)
         per_rank.append(
             {
                 "rank": ra.rank,
@@ -73,6 +125,9 @@ def check(report, config) -> list[Finding]:
                 "blocked_us_per_step": us,
                 "blocking_calls_per_step": mean(s.loc[mask, "sync_count"]),
                 "share_of_step": sh,
+                "pageable_copy_us_per_step": pageable_us / nsteps,
+                "ddp_runtime_stats_us_per_step": ddp_us / nsteps,
+                "gpu_idle_while_blocked_us_per_step": mean(s.loc[mask, "idle_sync_us"]) if "idle_sync_us" in s else None,
                 "top_calls": top,
             }
         )
@@ -80,21 +135,47 @@ def check(report, config) -> list[Finding]:
         steps.update(step_ids(s, mask))
     if not per_rank:
         return []
-    sh, sev, rank, us, top = worst
-    what = f" (mostly {top[0]['call']} from {top[0]['op']})" if top else ""
+    sh, sev, rank, us, top, kind = worst
+    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank whose numbers the title gives comes first
+    head = f"CPU blocked on the GPU {us / 1000:.1f} ms per step, {100 * sh:.0f} % of the step"
+    extra = {}
+    if kind == "pageable":
+        title = head + " in pageable copies" + (f" ({top[0]['call']} from {top[0]['op']})" if top else "")
+        fix = FIX_PAGEABLE
+        from . import pageable_memcpy
+
+        if pageable_memcpy.check(report, config):  # that finding reports these copies: link it, do not repeat it
+            title += ": the copies' time, see pageable-memcpy"
+            extra["owned_by"] = pageable_memcpy.ID
+        else:
+            fix = fix.replace(" (see pageable-memcpy)", "")
+    elif kind == "ddp_stats":
+        title = (head + f" in DDP's own {top[0]['call'] if top else 'cudaEventSynchronize'} (DDP times its first 10 "
+                 "iterations for its runtime statistics): profile later (skip_first)")
+        fix, extra["ddp_runtime_stats"] = FIX_DDP_STATS, True
+    else:
+        what = f" (mostly {top[0]['call']} from {top[0]['op']})" if top else ""
+        title = head + what
+        op = top[0]["op"] if top else None
+        fix = FIX if op in ITEM_OPS else (FIX_SYNCHRONIZE if top and top[0]["call"].endswith("DeviceSynchronize")
+                                          else FIX)
+        if op and op not in ITEM_OPS and fix is FIX:
+            fix = f"# the sync comes from {op}: keep its result on the GPU, read it every N steps\n" + FIX
     return [
         Finding(
             id=ID,
             severity=sev,
-            title=f"CPU blocked on the GPU {us / 1000:.1f} ms per step, {100 * sh:.0f} % of the step{what}",
+            title=title,
             ranks=sorted(ranks),
             steps=sorted(steps),
             evidence={
                 "per_rank": per_rank,
+                "blocked_by": kind,
+                **extra,
                 "threshold_share_warning": config.host_sync_share_warning,
                 "threshold_share_critical": config.host_sync_share_critical,
             },
-            fix=FIX,
+            fix=fix,
             time_at_stake_us=us,
             docs=f"traceinspect explain {ID}",
         )

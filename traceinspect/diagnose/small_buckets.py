@@ -172,6 +172,7 @@ def check(report, config) -> list[Finding]:
     if not per_rank:
         return []
     worst = max(per_rank, key=lambda e: e["buckets_per_round"])
+    per_rank.sort(key=lambda e: e is not worst)  # the rank the title names comes first (renderers show it)
     sev = "critical" if worst.pop("critical") else "warning"
     for e in per_rank:
         e.pop("critical", None)

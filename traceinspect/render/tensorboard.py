@@ -7,7 +7,8 @@ our numbers next to the torch-tb-profiler runs of the same folder:
   ``step/wall_ms``, ``breakdown_ms/<category>`` for each breakdown category of the rank (GPU: compute,
   comm_exposed, h2d_exposed, d2h_exposed, d2d_exposed, memset_exposed, idle; CPU-only: dataloader, forward,
   backward, comm, optimizer, other), ``step/gpu_busy_ms`` (GPU ranks), ``cpu/dataloader_ms``, ``cpu/sync_ms``,
-  ``copies_mb/h2d``, ``copies_mb/pageable_h2d``, ``copies_mb/d2h``;
+  ``copies_mb/h2d``, ``copies_mb/pageable_h2d``, ``copies_mb/d2h`` (a value the report holds as null, such as the
+  copies of a CPU-only run, is not written: unknown is never a 0);
 * text (Markdown, at the rank's last step): ``traceinspect/verdict`` and ``traceinspect/findings`` (the findings
   that concern the rank, with evidence and fix).
 

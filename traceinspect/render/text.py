@@ -122,7 +122,8 @@ def _step_table(r: dict) -> Table:
 
 
 def _evidence_lines(ev: dict, limit: int = 8) -> list[str]:
-    """Flatten the first rank's evidence into short key: value lines."""
+    """Flatten the first rank's evidence into short key: value lines (rules list the rank their title names
+    first)."""
     lines = []
     per_rank = ev.get("per_rank")
     src = per_rank[0] if isinstance(per_rank, list) and per_rank else ev
@@ -177,6 +178,10 @@ def render(d: dict, console: Console) -> None:
         util = (r.get("utilization") or {}).get("summary")
         if util and util.get("text"):
             console.print(Text(util["text"], style="dim"))
+        backlog = [s for s in r["steps"] if s.get("backlog_us")]
+        if backlog:
+            console.print(Text("GPU backlog from before the window (not counted in the step): " + ", ".join(
+                f"step {s['step']} {ms(s['backlog_us'])} ms" for s in backlog), style="dim"))
     console.print()
     if d["findings"]:
         console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))

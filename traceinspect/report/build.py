@@ -47,7 +47,9 @@ def step_dict(row: dict, basis: str) -> dict:
         d["totals_us"] = {}
     d["basis"] = basis
     for key in ("h2d_bytes", "pageable_h2d_bytes", "d2h_bytes"):
-        d[key] = int(row.get(key, 0) or 0) if not _isnan(row.get(key)) else 0
+        # A CPU-only trace has no copies to measure: null, not 0 (unknown is never zero).
+        v = row.get(key)
+        d[key] = None if v is None or _isnan(v) else int(v)
     d["dataloader_us"] = clean(row.get("dataloader_us", 0.0))
     # Exactly the registered step fields (report/columns.py), in registry order; a column an analysis did not
     # make on this rank (CPU-only traces) stays absent.

@@ -30,6 +30,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("cpu_start_us", "float", "us", "start of the ProfilerStep annotation", _A),
     Column("cpu_end_us", "float", "us", "end of the ProfilerStep annotation", _A),
     Column("cpu_step_us", "float", "us", "cpu_end_us - cpu_start_us", _A),
+    Column("backlog_us", "float", "us", "GPU work queued before the window, in the first step; left out of wall_us and every per-step number", _A),
     Column("h2d_bytes", "int", "bytes", "sum of args.bytes of the step's HtoD copies", _A),
     Column("h2d_time_us", "float", "us", "sum of the step's HtoD copy durations", _A),
     Column("h2d_count", "int", "count", "number of the step's HtoD copies", _A),
@@ -60,6 +61,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("idle_sync_us", "float", "us", "GPU idle while a blocking call was in progress (and no loader wait)", _A),
     Column("idle_other_us", "float", "us", "the rest of the GPU idle time", _A),
     Column("comm_calls", "int", "count", "collectives issued in the step", _C),
+    Column("comm_unknown_size_count", "int", "count", "of those collectives, ones whose size the trace does not record", _C),
     Column("comm_bytes", "float", "bytes", "sum of the collectives' bytes (null if any is unknown)", _C),
     Column("comm_time_us", "float", "us", "sum of the collectives' durations", _C),
     Column("comm_small_time_share", "float", "share", "share of comm_time_us in collectives below small_bucket_bytes", _C),
@@ -93,6 +95,9 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("matmul_16bit_us", "float", "us", "bf16 + fp16 + unresolved 16-bit matrix kernels", _P),
     Column("launch_count", "int", "count", "kernel-launch runtime calls in the step's CPU window", _U),
     Column("launch_call_us", "float", "us", "summed duration of those launch calls", _U),
+    Column("graph_launch_count", "int", "count", "of the launch calls, CUDA/HIP graph replays (one runs a whole graph)", _U),
+    Column("launch_gpu_median_us", "float", "us", "median GPU time a launch call ran (a graph replay: all its kernels)", _U),
+    Column("kernels_per_launch", "float", "count", "kernels run per launch call (1 without graph replays)", _U),
     Column("smi_util", "float", "share", "share of the step window with a kernel running", _U),
 )
 

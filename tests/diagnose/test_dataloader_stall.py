@@ -1,0 +1,19 @@
+"""dataloader-stall: the fix fits the run: no GPU advice (pin_memory) on a CPU-only run."""
+
+from __future__ import annotations
+
+from _real import GPU, findings, raw_files
+
+
+def test_cpu_only_run_gets_no_pin_memory(cpu_slow_loader_run):
+    # independently: the capture has no GPU activity at all
+    for d in raw_files(cpu_slow_loader_run):
+        assert not [e for e in d["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    f = findings(cpu_slow_loader_run)["dataloader-stall"]
+    assert "pin_memory" not in f["fix"] and "GPU" not in f["fix"]
+    assert "num_workers" in f["fix"]
+
+
+def test_gpu_run_keeps_pin_memory():
+    f = findings(GPU / "slow_loader")["dataloader-stall"]
+    assert "pin_memory=True" in f["fix"]
