@@ -58,9 +58,16 @@ def _progress_factory(paths_total: int, enabled: bool):
 @click.option("--tensorboard", is_flag=True, help="Write per-step scalars and findings into the TensorBoard run.")
 @click.option("--width", type=int, default=None, help="Terminal width for the text report.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+@click.option("--run", "run_no", type=click.IntRange(min=1), metavar="N",
+              help="Report run N of the folder (1 the oldest; default the most recent).")
+@click.option("--all-runs", is_flag=True, help="One report per run of the folder (output names get .runN).")
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, workers, executor, scheduler,
-           tensorboard, width, quiet) -> None:
+           tensorboard, width, quiet, run_no, all_runs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
+    if all_runs:
+        from .runs import report_all_runs
+
+        return report_all_runs(click.get_current_context(), report)
     from ..config import Config
     from ..render.text import render_text
 
@@ -76,7 +83,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     # The whole report's cache key: every trace file (path, size, mtime), the settings and the code, taken once,
     # before the analysis reads the files.
     anchor = Path(path) if Path(path).is_dir() else Path(path).parent
-    key = cache.result_key("report", files, config) if files and config.use_cache else None
+    key = cache.result_key(f"report-run{run_no}", files, config) if files and config.use_cache else None
     needs_report_object = bool(out_dir or html_path)
     d = rep = None
     if key and not needs_report_object and executor == "local":
@@ -88,7 +95,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         from ..run.api import analyze_path
 
         try:
-            rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler)
+            rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler, run=run_no)
         finally:
             if prog:
                 prog.stop()

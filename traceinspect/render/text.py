@@ -162,6 +162,8 @@ def render(d: dict, console: Console) -> None:
     total = world or n
     console.print(Text(f"traceinspect report: {d['source']}", style="bold"))
     console.print(f"{n} of {total} ranks analyzed" + (f" (world size {world})" if world else ""))
+    if (d.get("runs") or {}).get("notable"):
+        console.print(d["runs"]["summary"])  # several runs, windows or copies in the folder (docs/folders.md)
     console.print(Text("Verdict: " + verdict(d), style="bold"))
     for r in d["ranks"]:
         console.print()

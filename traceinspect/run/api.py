@@ -19,14 +19,14 @@ from .local import analyze_local
 
 
 def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
-                 executor: str = "local", scheduler: str | None = None) -> Report:
-    """Load and analyze a folder (or file) of traces."""
+                 executor: str = "local", scheduler: str | None = None, run: int | None = None) -> Report:
+    """Load and analyze a folder (or file) of traces: run ``run`` of it (1 the oldest), or the most recent."""
     if executor == "dask":
         from .dask import analyze_with_dask
 
-        return analyze_with_dask(path, config, scheduler=scheduler, progress=progress)
+        return analyze_with_dask(path, config, scheduler=scheduler, progress=progress, run=run)
     if scheduler:
         from ..errors import UsageError
 
         raise UsageError("--scheduler needs --executor dask")
-    return analyze_local(path, config, progress)
+    return analyze_local(path, config, progress, run=run)
