@@ -351,9 +351,9 @@ def _iter_raw(path: str) -> Iterator[bytes]:
         if magic[:4] == _ZSTD_MAGIC or magic == _XZ_MAGIC or magic[:3] == _BZ2_MAGIC:
             yield from _decompress_other(f, magic, path)
             return
-        for suffix in (".gz", ".zst", ".xz", ".bz2"):
+        for suffix, kind in ((".gz", "gzip"), (".zst", "zstd"), (".xz", "xz"), (".bz2", "bzip2")):
             if path.endswith(suffix):
-                raise TraceFileError(path, f"named {suffix} but not a {suffix[1:]} file")
+                raise TraceFileError(path, f"named {suffix} but not a {kind} file")
         while True:
             block = f.read(READ_BYTES)
             if not block:

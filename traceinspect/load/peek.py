@@ -89,6 +89,9 @@ def peek(path: str | os.PathLike) -> FileFacts:
     except Exception as exc:  # noqa: BLE001 - a file we cannot peek is decided on by its full decode later
         facts.error = f"could not be read ({type(exc).__name__})"
         return facts
+    if not any(p["n"] for p in parts):
+        facts.error = "no usable trace events (no complete 'X' events of a known kind)"
+        return facts
     _from_meta(facts, meta)
     _from_events(facts, parts, M.base_ns(meta))
     facts.other_devices = sorted({m.decode("utf-8", "replace") for m in _OTHER_DEVICE_CATS.findall(text)})
@@ -146,6 +149,12 @@ def _decode_ends(path: str, head: bytes, tail: bytes) -> tuple[dict, list[dict]]
     last = tail.rfind(marker)
     m = layout.close.search(tail, max(last, 0))
     trailer = b"}"
+    if m is None:
+        try:  # the array does not close where Kineto closes it: valid in another layout, or truncated
+            cols, meta, _ = decode_whole(path)
+        except TraceFileError:
+            raise TraceFileError(path, "truncated JSON (the traceEvents array never closes)") from None
+        return meta, [cols]
     if m is not None:
         trailer = tail[m.end():]
         if 0 <= first < m.start():
