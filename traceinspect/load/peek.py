@@ -81,7 +81,11 @@ def peek(path: str | os.PathLike) -> FileFacts:
             parts = [cols]
             text = head
         else:
-            meta, parts = _decode_ends(path, head, tail)
+            try:
+                meta, parts = _decode_ends(path, head, tail)
+            except (ValueError, TypeError):  # cut at the wrong places (another layout): decode it all
+                cols, meta, _ = decode_whole(path)
+                parts = [cols]
             text = head + tail
     except TraceFileError as exc:
         facts.error = exc.reason
