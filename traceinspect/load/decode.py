@@ -256,6 +256,7 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
         out["pg"] = _intern(list(map(g["pg"], args)))
     out["name"] = _intern(names)
     _old_steps_as_annotations(out)
+    _drop_impossible_times(out)
     # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
     codes, table = out["name"]
     wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] <= 1)
@@ -270,6 +271,28 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
         else:
             out[col] = None
     return out
+
+
+# Microseconds beyond any clock a trace uses (the Unix epoch reaches 1.8e15 us in 2027): a damaged value.
+_MAX_US = 1e17
+
+
+def _drop_impossible_times(out: dict) -> None:
+    """Events whose ts or dur is not a time (NaN, infinite, negative duration, beyond any clock) are dropped."""
+    ts, dur = out["ts"], out["dur"]
+    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < _MAX_US) & (dur < _MAX_US)
+    if ok.all():
+        return
+    for col in NUM_COLS:
+        out[col] = out[col][ok]
+    for col in STR_COLS:
+        codes, table = out[col]
+        out[col] = (codes[ok], table)
+    rows = np.flatnonzero(ok)
+    for col in RAW_COLS:
+        if out[col] is not None:
+            out[col] = [out[col][i] for i in rows]
+    out["n"] = int(ok.sum())
 
 
 def _old_steps_as_annotations(out: dict) -> None:
