@@ -108,6 +108,22 @@ def _comparable(d: dict) -> dict:
     return d
 
 
+def assert_same(got, want, path: str = "report") -> None:
+    """Equal reports: the same fields and values, floats equal up to rounding (1e-9 relative)."""
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), path
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), path
+        for k in want:
+            assert_same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{path}[{i}]")
+    else:
+        assert got == want, path
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     src = sorted((PAIRS / "two_windows").glob("*.json.gz"))[0]
@@ -158,14 +174,18 @@ def test_zstd_when_installed(reference, tmp_path):
     assert _comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
 
 
-def test_peek_ends_equal_peek_whole(monkeypatch, tmp_path):
-    """The facts read from a large file's two ends are those of the whole file."""
-    src = sorted((PAIRS / "two_windows").glob("*.json.gz"))[0]
+@pytest.mark.parametrize("form", ["gzip_handler_name", "gzip_other_name", "plain"])
+def test_peek_ends_equal_peek_whole(form, monkeypatch, tmp_path):
+    """The facts read from a large file's two ends (or its head alone) are those of the whole file."""
+    orig = sorted((PAIRS / "two_windows").glob("*.json.gz"))[0]
+    src = tmp_path / {"gzip_handler_name": orig.name, "gzip_other_name": "rank0.json.gz", "plain": orig.name[:-3]}[form]
+    src.write_bytes(gzip.decompress(orig.read_bytes()) if form == "plain" else orig.read_bytes())
     whole = pk.peek(src)
     monkeypatch.setattr(pk, "WHOLE_BYTES", 1 << 16)
     monkeypatch.setattr(pk, "HEAD_BYTES", 1 << 15)
     monkeypatch.setattr(pk, "TAIL_BYTES", 1 << 15)
     ends = pk.peek(src)
+    assert ends.error is None and whole.error is None
     for f in ("rank", "world_size", "job", "pid", "first_step", "clock", "name_time_ns"):
         assert getattr(ends, f) == getattr(whole, f), f
     assert abs(ends.start_ns - whole.start_ns) < 1e9 and abs(ends.end_ns - whole.end_ns) < 1e9

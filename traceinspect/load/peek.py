@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import TraceFileError
 from . import meta as M
-from .decode import _detect_layout, decode_meta, decode_piece, decode_whole, iter_bytes
+from .decode import _EVENTS_KEY, _detect_layout, decode_meta, decode_piece, decode_whole, iter_bytes
 
 HEAD_BYTES = 1 << 20
 TAIL_BYTES = 1 << 20
@@ -27,6 +27,7 @@ WHOLE_BYTES = 4 << 20  # files up to this size (decompressed) are decoded whole
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)\.(?P<time>\d{10,19})\.pt\.trace\.json")
 _HOST_PID = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)$")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_BASE_KEY = re.compile(rb'"baseTimeNanoseconds"\s*:\s*\d')
 # Device activity the analyses do not model (Kineto's names for other accelerators' runtimes and ops).
 _OTHER_DEVICE = re.compile(r"mtia|xpu|hpu|privateuse|glow|npu|mlu|tpu", re.IGNORECASE)
 _OTHER_DEVICE_CATS = re.compile(rb'"cat"\s*:\s*"([^"]*(?:mtia|xpu|hpu|privateuse|glow|npu|mlu|tpu)[^"]*)"', re.I)
@@ -75,7 +76,7 @@ def peek(path: str | os.PathLike) -> FileFacts:
     facts = FileFacts(path=path)
     _from_name(facts)
     try:
-        head, tail, whole = _ends(path)
+        head, tail, whole = _ends(path, facts.name_time_ns)
         if whole:
             cols, meta, _ = decode_whole(path)
             parts = [cols]
@@ -86,7 +87,7 @@ def peek(path: str | os.PathLike) -> FileFacts:
             except (ValueError, TypeError):  # cut at the wrong places (another layout): decode it all
                 cols, meta, _ = decode_whole(path)
                 parts = [cols]
-            text = head + tail
+            text = head + (tail or b"")
     except TraceFileError as exc:
         facts.error = exc.reason
         return facts
@@ -98,6 +99,8 @@ def peek(path: str | os.PathLike) -> FileFacts:
         return facts
     _from_meta(facts, meta)
     _from_events(facts, parts, M.base_ns(meta))
+    if tail is None and facts.name_time_ns is not None and facts.clock == "absolute":
+        facts.end_ns = max(facts.end_ns or 0, facts.name_time_ns)  # written when the window ended
     facts.other_devices = sorted({m.decode("utf-8", "replace") for m in _OTHER_DEVICE_CATS.findall(text)})
     return facts
 
@@ -119,14 +122,30 @@ def _from_meta(facts: FileFacts, meta: dict) -> None:
     facts.host = M.host_of(meta)
 
 
-def _ends(path: str) -> tuple[bytes, bytes, bool]:
-    """(head, tail, whole): the first and last bytes of the text, or all of it (``whole``) for a small file."""
+def _ends(path: str, name_time_ns: int | None) -> tuple[bytes, bytes | None, bool]:
+    """(head, tail, whole): the first and last bytes of the text, or all of it (``whole``) for a small file.
+
+    A plain file is read at its two ends. A compressed one is inflated to its end, unless its head already holds
+    the clock origin and its name the time it was written (``tensorboard_trace_handler``): then the tail is not
+    needed (None) and the name's time stands for the window's end.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        first = f.read(1)
+        if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t") and size > WHOLE_BYTES:
+            head = f.read(HEAD_BYTES - 1)
+            f.seek(size - TAIL_BYTES)
+            return first + head, f.read(TAIL_BYTES), False
     head, tail = bytearray(), bytearray()
-    for block in iter_bytes(path):
+    blocks = iter_bytes(path)
+    for block in blocks:
         if len(head) < WHOLE_BYTES:
             take = WHOLE_BYTES - len(head)
             head += block[:take]
             block = block[take:]
+            if len(head) >= WHOLE_BYTES and name_time_ns is not None and _base_in_header(head):
+                blocks.close()
+                return bytes(head[:HEAD_BYTES]), None, False
         if block:
             tail += block
             if len(tail) > 2 * TAIL_BYTES:
@@ -137,7 +156,12 @@ def _ends(path: str) -> tuple[bytes, bytes, bool]:
     return bytes(head[:HEAD_BYTES]), bytes(tail), False
 
 
-def _decode_ends(path: str, head: bytes, tail: bytes) -> tuple[dict, list[dict]]:
+def _base_in_header(head: bytes) -> bool:
+    m = _EVENTS_KEY.search(head)
+    return bool(m and _BASE_KEY.search(head, 0, m.start()))
+
+
+def _decode_ends(path: str, head: bytes, tail: bytes | None) -> tuple[dict, list[dict]]:
     """Metadata and the whole events in the head and the tail of a large Kineto-layout file."""
     found = _detect_layout(head, path)
     if found is None or found[0].marker is None:
@@ -149,6 +173,8 @@ def _decode_ends(path: str, head: bytes, tail: bytes) -> tuple[dict, list[dict]]
     cut = head.rfind(marker, start)
     if cut > start:
         parts.append(decode_piece(head[start : cut + len(marker) - 1]))
+    if tail is None:  # the head says all that is needed (see _ends)
+        return decode_meta(layout.header, b"}", path), parts
     first = tail.find(marker)
     last = tail.rfind(marker)
     m = layout.close.search(tail, max(last, 0))
