@@ -33,10 +33,11 @@ def _break(raw: dict, rng: random.Random) -> str:
         if where < 0.35:
             raw[rng.choice(META_KEYS)] = v
         elif where < 0.5:
-            for key in ("distributedInfo", "deviceProperties"):
+            for key in ("distributedInfo", "deviceProperties", "traceinspect"):
                 d = raw.get(key)
                 if isinstance(d, dict):
-                    d[rng.choice(["rank", "world_size", "backend", "pg_config"])] = v
+                    d[rng.choice(["rank", "world_size", "backend", "pg_config", "nccl_version", "dataloader", "ddp",
+                                  "workload", "amp_dtype", "grad_scaler"])] = v
                 elif isinstance(d, list) and d and isinstance(d[0], dict):
                     d[0][rng.choice(["id", "name", "computeMajor", "computeMinor"])] = v
         else:
@@ -52,7 +53,7 @@ def _break(raw: dict, rng: random.Random) -> str:
     return json.dumps(raw, indent=rng.choice([None, 1, 2]))
 
 
-def _check(folder, name):
+def _check(folder, name, strict_errors=False):
     try:
         d = analyze_path(folder, NOCACHE).to_dict()
     except NoUsableTraceError as exc:
@@ -62,6 +63,8 @@ def _check(folder, name):
     for s in d["skipped"]:
         assert "\n" not in s["reason"]
     json.dumps(d)  # the report is JSON
+    if strict_errors:  # a broken metadata value is read as absent: no analysis or rule fails on it
+        assert d["errors"] == [], d["errors"]
     return d
 
 
@@ -75,7 +78,7 @@ def test_broken_values_never_crash(tmp_path):
         folder = tmp_path / f"c{i}"
         folder.mkdir()
         (folder / "rank0.json").write_text(_break(json.loads(json.dumps(base)), rng))
-        reports += _check(folder, "rank0.json") is not None
+        reports += _check(folder, "rank0.json", strict_errors=True) is not None
     assert reports > 60  # most broken copies still give a report
 
 
@@ -83,11 +86,11 @@ def test_broken_values_never_crash(tmp_path):
 def test_broken_gpu_fixture_never_crashes(tmp_path):
     base = json.loads(gzip.decompress(sorted((PAIRS / "two_windows").glob("*.gz"))[0].read_bytes()))
     rng = random.Random(7)
-    for i in range(12):
+    for i in range(16):
         folder = tmp_path / f"c{i}"
         folder.mkdir()
         (folder / "rank0.json").write_text(_break(json.loads(json.dumps(base)), rng))
-        _check(folder, "rank0.json")
+        _check(folder, "rank0.json", strict_errors=True)
 
 
 def test_truncated_anywhere_is_one_line_and_the_rest_reports(tmp_path):

@@ -47,12 +47,30 @@ def base_ns(meta: dict) -> int | None:
 
 
 def distributed(meta: dict) -> dict:
-    return as_dict(meta.get("distributedInfo"))
+    """``distributedInfo`` with its known fields of the right type (a field of another type is left out)."""
+    d = dict(as_dict(meta.get("distributedInfo")))
+    for k in ("rank", "world_size", "pg_count"):
+        if k in d and as_int(d[k]) is None:
+            del d[k]
+    for k in ("backend", "nccl_version"):
+        if k in d and not isinstance(d[k], str):
+            del d[k]
+    if "pg_config" in d:
+        d["pg_config"] = [pg for pg in as_list(d["pg_config"]) if isinstance(pg, dict)]
+    return d
+
+
+# Sections of our capture metadata that are objects; the rules read their keys.
+_CAPTURE_SECTIONS = ("workload", "dataloader", "ddp", "capture")
 
 
 def capture_meta(meta: dict) -> dict:
-    """Our own capture metadata (the ``traceinspect`` key), if any."""
-    return as_dict(meta.get("traceinspect"))
+    """Our own capture metadata (the ``traceinspect`` key), if any, its sections objects or left out."""
+    d = dict(as_dict(meta.get("traceinspect")))
+    for k in _CAPTURE_SECTIONS:
+        if k in d and not isinstance(d[k], dict):
+            del d[k]
+    return d
 
 
 def rank_of(meta: dict, path: str) -> int | None:
