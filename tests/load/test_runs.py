@@ -124,3 +124,37 @@ def test_a_copied_window_is_skipped_once(tmp_path):
     assert [(r.rank, r.windows) for r in tr.ranks] == [(0, 2)]
     assert len(tr.skipped) == 1 and "overlapping" in tr.skipped[0].reason
     assert tr.runs["copies_skipped"] == 1
+
+
+@pytest.mark.parametrize("name,rank", [
+    ("rank3.1796123129167468774.pt.trace.json.gz", 3),  # our capture
+    ("worker0.pt.trace.json.gz", 0),  # the torch 1.8 TensorBoard plugin samples
+    ("fit-profile-1-training_step.1796123129167468774.pt.trace.json", 1),  # Lightning: stage-filename-rank-action
+    ("fit-2.1796123129167.pt.trace.json", 2),
+    ("myhost_4242.1796123129167468774.pt.trace.json", None),  # tensorboard_trace_handler's default: no rank
+])
+def test_rank_from_file_names(name, rank):
+    """Constructed names, as the writers named spell them; the rank is read from the name only when no
+    distributedInfo says it."""
+    from traceinspect.load.meta import rank_of
+
+    assert rank_of({}, f"/x/{name}") == rank
+    assert rank_of({"distributedInfo": {"rank": 5}}, f"/x/{name}") == 5
+    assert rank_of({"distributedInfo": {"rank": "NaN"}}, f"/x/{name}") == rank
+
+
+def test_relaunch_with_the_same_pid_is_another_run():
+    """Constructed facts: one pid (as in a container), steps starting over, no time overlap -> two runs; the same
+    pid with later steps -> one process with two windows."""
+    from traceinspect.load.peek import FileFacts
+    from traceinspect.load.runs import plan_runs
+
+    def f(path, start, step):
+        return FileFacts(path=path, rank=0, world_size=1, pid=7, first_step=step, start_ns=start, end_ns=start + 10**9)
+
+    plan = plan_runs([f("a", 0, 2), f("b", 5 * 10**9, 7), f("c", 10**11, 2)])
+    assert [[len(p.windows) for p in r.processes] for r in plan.runs] == [[2], [1]]
+    # Two single-rank jobs at the same time (two pids, both rank 0): two runs, never one of two ranks 0.
+    both = plan_runs([FileFacts(path="x", rank=0, pid=1, start_ns=0, end_ns=10**9),
+                      FileFacts(path="y", rank=0, pid=2, start_ns=10**8, end_ns=10**9)])
+    assert len(both.runs) == 2

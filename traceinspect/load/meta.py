@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
+# Lightning's PyTorchProfiler names files "<stage>[-<filename>]-<local_rank>[-<action>].<time>.pt.trace.json".
+_LIGHTNING_NAME = re.compile(r"^(?:fit|validate|test|predict|sanity_check)(?:-[^.]*?)?-(\d+)(?=[-.])")
 _I64 = 1 << 63
 
 
@@ -79,7 +81,8 @@ def rank_of(meta: dict, path: str) -> int | None:
         r = as_int(r)
         if r is not None and r >= 0:
             return r
-    m = _RANK_IN_NAME.search(Path(path).name)
+    name = Path(path).name
+    m = _RANK_IN_NAME.search(name) or _LIGHTNING_NAME.match(name)
     return int(m.group(1)) if m else None
 
 
