@@ -59,7 +59,7 @@ def test_parallel_pieces_equal_whole(tmp_path, monkeypatch):
 
     whole = load(DIFF_CONTROL, NOCACHE).ranks[0].events
     monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
-    monkeypatch.setattr(dec, "READ_BYTES", 1 << 18)
+    monkeypatch.setattr("traceinspect.load.compressed.READ_BYTES", 1 << 18)
     monkeypatch.setattr("traceinspect.load.decode.read_pieces.__defaults__", (1 << 20,))
     cut = load(DIFF_CONTROL, Config(use_cache=False, workers=2)).ranks[0].events
     assert len(cut) == len(whole)

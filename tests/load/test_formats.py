@@ -7,7 +7,6 @@ import gzip
 import json
 import lzma
 import shutil
-from pathlib import Path
 
 import pytest
 
