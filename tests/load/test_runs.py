@@ -158,3 +158,19 @@ def test_relaunch_with_the_same_pid_is_another_run():
     both = plan_runs([FileFacts(path="x", rank=0, pid=1, start_ns=0, end_ns=10**9),
                       FileFacts(path="y", rank=0, pid=2, start_ns=10**8, end_ns=10**9)])
     assert len(both.runs) == 2
+
+
+@pytest.mark.timeout(600)
+def test_two_ddp_runs_in_one_folder(tmp_path, cpu_clean_run, cpu_capture_factory):
+    """Two 2-rank launches into one folder (the second with two windows a rank), as tensorboard_trace_handler
+    leaves them: two runs, each with its own two ranks and windows."""
+    repeated = cpu_capture_factory(preset="optimized", nproc=2, repeat=2, overrides={"num_workers": 0})
+    one = copy_run(cpu_clean_run, tmp_path, prefix="a_")
+    two = copy_run(repeated, tmp_path, prefix="b_")
+    plan = plan_of(tmp_path)
+    got = sorted((names(r.files), [len(p.windows) for p in r.processes]) for r in plan.runs)
+    assert got == sorted([(names(one), [1, 1]), (names(two), [2, 2])])
+    for r in plan.runs:
+        assert [p.rank for p in r.processes] == [0, 1]
+    d = analyze_path(tmp_path, NOCACHE).to_dict()
+    assert d["runs"]["count"] == 2 and d["skipped"] == [] and len(d["ranks"]) == 2
