@@ -59,7 +59,7 @@ def test_parallel_pieces_equal_whole(tmp_path, monkeypatch):
 
     whole = load(DIFF_CONTROL, NOCACHE).ranks[0].events
     monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
-    monkeypatch.setattr(dec, "READ_BYTES", 1 << 18)
+    monkeypatch.setattr("traceinspect.load.compressed.READ_BYTES", 1 << 18)
     monkeypatch.setattr("traceinspect.load.decode.read_pieces.__defaults__", (1 << 20,))
     cut = load(DIFF_CONTROL, Config(use_cache=False, workers=2)).ranks[0].events
     assert len(cut) == len(whole)
@@ -144,8 +144,8 @@ def test_nothing_usable_raises(tmp_path):
         load(tmp_path / "missing", NOCACHE)
 
 
-def test_mixed_runs_are_skipped_with_reasons(tmp_path):
-    """A copy of a rank's file and a file of another run (other world size) in one folder."""
+def test_mixed_runs_are_told_apart(tmp_path):
+    """A copy of a rank's file and a file of another run (another job, another time) in one folder."""
     need(DIFF_CONTROL)
     from public_traces import DIFF_TEST
     from traceinspect.run.api import analyze_path
@@ -154,12 +154,20 @@ def test_mixed_runs_are_skipped_with_reasons(tmp_path):
     shutil.copy(only_file(DIFF_CONTROL), tmp_path / "a.json.gz")
     shutil.copy(only_file(DIFF_CONTROL), tmp_path / "b.json.gz")
     shutil.copy(only_file(DIFF_TEST), tmp_path / "c.json.gz")
+    def start_ns(raw):  # the clock origin (absent in old traces, whose ts count from the epoch) + the first event
+        return raw.get("baseTimeNanoseconds", 0) + 1000 * min(e["ts"] for e in raw["traceEvents"] if e.get("ph") == "X")
+
+    assert start_ns(raw_events(only_file(DIFF_TEST))) > start_ns(raw_events(only_file(DIFF_CONTROL)))
     d = analyze_path(tmp_path, NOCACHE).to_dict()
-    assert [r["rank"] for r in d["ranks"]] == [3]
+    assert [(r["rank"], r["world_size"]) for r in d["ranks"]] == [(1, 2)]
+    assert d["runs"]["count"] == 2 and d["runs"]["selected"] == 2
     reasons = {s["file"].rsplit("/", 1)[-1]: s["reason"] for s in d["skipped"]}
+    assert set(reasons) == {"b.json.gz"}
     assert "overlapping" in reasons["b.json.gz"] and "a.json.gz" in reasons["b.json.gz"]
-    assert "another run" in reasons["c.json.gz"] and "world size 2" in reasons["c.json.gz"]
-    assert d["missing_ranks"] == [0, 1, 2, 4, 5, 6, 7]
+    assert d["missing_ranks"] == [0]
+    first = analyze_path(tmp_path, NOCACHE, run=1).to_dict()
+    assert [r["rank"] for r in first["ranks"]] == [3]
+    assert first["missing_ranks"] == [0, 1, 2, 4, 5, 6, 7]
 
 
 def test_planned_byte_ranges_equal_streaming(tmp_path, monkeypatch):

@@ -25,6 +25,8 @@ class Config:
     executor: str = "local"
     # The Dask scheduler's address (tcp://...) for executor "dask"; None = a local cluster for the run.
     scheduler: str | None = None
+    # Which run of a folder holding several to report (1 = the oldest, docs/folders.md); None = the most recent.
+    run: int | None = None
 
     # --- dataloader-stall --------------------------------------------------------------------------------------
     # Share of a step the main thread spends waiting in DataLoader.__next__ before we call it a stall. 10 %: below
@@ -140,7 +142,7 @@ class Config:
 
 
 # Settings ``--set`` may change: the thresholds. Where and how to run have their own options (--workers, ...).
-_NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler")
+_NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler", "run")
 
 
 def thresholds() -> list:

@@ -1,7 +1,8 @@
 """Steps of a rank, and which step each GPU activity belongs to.
 
 A step is a CPU ``ProfilerStep#N`` user annotation. torch also writes a ``gpu_user_annotation`` copy of each on the
-GPU timeline; it is ignored, so no step is counted twice. A window (file) without ProfilerStep is one step.
+GPU timeline; it is ignored, so no step is counted twice. A window (file) without ProfilerStep is one step. The
+partial step a profiler cuts at the end of a window (a stub of a few microseconds, ``_drop_edge_stubs``) is no step.
 
 The step window used for attribution (documented in docs/metrics.md):
 
@@ -67,6 +68,7 @@ def find_steps(rank: RankTrace) -> Steps:
         t = t.sort_values(["step", "cpu_start"]).groupby("step", as_index=False).agg(
             window=("window", "first"), cpu_start=("cpu_start", "min"), cpu_end=("cpu_end", "max"),
             synthetic=("synthetic", "first"))
+        t = _drop_edge_stubs(t)
     else:
         # No ProfilerStep: each window is one step spanning its events.
         g = ev.assign(end=ev["ts"] + ev["dur"]).groupby("window")
@@ -107,6 +109,27 @@ def find_steps(rank: RankTrace) -> Steps:
         backlog_step[backlog] = gpu_step[backlog]
         gpu_step[backlog] = -1
     return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx, backlog_step=backlog_step)
+
+
+# A window's last step shorter than this share of the rank's shortest other step is a stub, not a step (see below).
+STUB_SHARE = 0.1
+
+
+def _drop_edge_stubs(t: pd.DataFrame) -> pd.DataFrame:
+    """Drop the partial step the profiler cuts at a window's end.
+
+    When the loop ends (or the profiler stops) right after ``prof.step()`` opened step N, the trace holds a
+    ``ProfilerStep#N`` with only the start of that step (typically the DataLoader fetch that ended the loop): a
+    few tens of microseconds against milliseconds for real steps. It is not a step: counted, it would be one made
+    of nothing but data loading.
+    """
+    if len(t) < 2:
+        return t
+    dur = t["cpu_end"] - t["cpu_start"]
+    last = t.groupby("window")["cpu_start"].transform("max") == t["cpu_start"]
+    ref = dur[~last] if (~last).any() else dur[dur >= STUB_SHARE * dur.max()]
+    stub = last & (dur < STUB_SHARE * float(ref.min()))
+    return t[~stub].reset_index(drop=True) if stub.any() and not stub.all() else t
 
 
 def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,

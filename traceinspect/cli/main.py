@@ -88,13 +88,20 @@ def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(),
 @click.option("--tensorboard", is_flag=True, help="Write per-step scalars and findings into the TensorBoard run.")
 @click.option("--width", type=int, default=None, help="Terminal width for the text report.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+@click.option("--run", "run_no", type=click.IntRange(min=1), metavar="N",
+              help="Report run N of the folder (1 the oldest; default the most recent).")
+@click.option("--all-runs", is_flag=True, help="One report per run of the folder (output names get .runN).")
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, cache_dir, settings, workers,
-           executor, scheduler, tensorboard, width, quiet) -> None:
+           executor, scheduler, tensorboard, width, quiet, run_no, all_runs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
+    if all_runs:
+        from .runs import report_all_runs
+
+        return report_all_runs(click.get_current_context(), report)
     from ..render.text import render_text
     from ..run import report_folder
 
-    config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler)
+    config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(sys.stderr.isatty() and not quiet))
     d = result.to_dict()
     # Plots and HTML still read the live analysis (made on demand when the document came from the cache).

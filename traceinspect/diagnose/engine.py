@@ -95,4 +95,6 @@ def _drop_other_runs(ranks: list[RankAnalysis], skipped: list[Skipped], world_si
 
 def analyze(trace: Trace, config: Config = DEFAULT) -> Report:
     """Analyze a loaded trace: per-rank stage, cross-rank stage, rules."""
-    return finish(trace.source, analyze_ranks(trace, config), trace.skipped, trace.world_size, config)
+    report = finish(trace.source, analyze_ranks(trace, config), trace.skipped, trace.world_size, config)
+    report.runs = trace.runs  # which run of the folder this is (set by the loader)
+    return report

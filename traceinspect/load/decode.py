@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from itertools import compress
 from operator import attrgetter
 from typing import Any, Iterator
@@ -22,14 +21,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceFileError
+from .compressed import _first_line, iter_bytes  # noqa: F401 - iter_bytes is part of this module's interface
 from .trace import CATEGORY_KIND
 
-try:  # ISA-L inflates gzip about twice as fast as zlib; optional.
-    from isal import isal_zlib as _zlib
-except ImportError:  # pragma: no cover - depends on the environment
-    _zlib = zlib
-
-READ_BYTES = 8 << 20  # compressed / raw bytes read per I/O call
 PIECE_BYTES = 8 << 20  # decoded JSON per piece handed to a decoder (small pieces keep workers small)
 
 _INT_MISSING = -1
@@ -108,7 +102,20 @@ class _MetaEvent(msgspec.Struct):
     args: dict | None = None
 
 
+class _NoArgsEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = _INT_MISSING
+    tid: Any = _INT_MISSING
+    ts: Any = 0.0
+    dur: Any = 0.0
+
+
 _STRICT = msgspec.json.Decoder(list[Event])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_LOOSE_ONE = msgspec.json.Decoder(LooseEvent)
+_NOARGS_ONE = msgspec.json.Decoder(_NoArgsEvent)
 _LOOSE = msgspec.json.Decoder(list[LooseEvent])
 _CAT = {k: int(v) for k, v in CATEGORY_KIND.items()}
 
@@ -119,13 +126,25 @@ STR_COLS = ("name", "dtype", "coll", "pg")
 RAW_COLS = ("in_dims", "in_types")
 
 
+_I64 = 1 << 63
+
+
 def _as_int(v) -> int:
-    if type(v) is int:
-        return v
+    """Any JSON value -> an int64 value, or -1 (strings of digits are read; NaN, floats out of range are not)."""
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        i = v if type(v) is int else int(v)
+    except (TypeError, ValueError, OverflowError):
         return _INT_MISSING
+    return i if -_I64 <= i < _I64 else _INT_MISSING
+
+
+def _as_float(v) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        try:
+            return float(v)
+        except OverflowError:
+            return 0.0
+    return 0.0
 
 
 def _as_str(v) -> str | None:
@@ -157,6 +176,16 @@ def _IS_X(ph) -> bool:  # noqa: N802 - used as a mapped function
     return ph == "X"
 
 
+def _loose_cat(cat) -> int:
+    """Category -> Kind code for any JSON value (a list or object where a string belongs is no category)."""
+    return _CAT_LOOKUP(cat) if isinstance(cat, str) else -1
+
+
+# PyTorch 1.8-1.13 write ProfilerStep#N as an "Operator" (a CPU op); newer ones as a user annotation. Steps are user
+# annotations everywhere downstream, so the old spelling is read as the new one.
+_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+
+
 def _intern(values: list) -> tuple[np.ndarray, list]:
     """Categorical codes (int32, -1 for None) and the table of distinct strings of one piece (hashing in C)."""
     if not values:
@@ -176,8 +205,8 @@ def _ints(values, n: int) -> np.ndarray:
 def _floats(values, n: int) -> np.ndarray:
     try:
         return np.fromiter(values, np.float64, n)
-    except (TypeError, ValueError):
-        return np.fromiter((float(v) if isinstance(v, (int, float)) else 0.0 for v in values), np.float64, n)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_float, values), np.float64, n)
 
 
 _G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "ext",
@@ -192,7 +221,7 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
     costs about as much as decoding, not several times more.
     """
     g = _G
-    kinds_all = np.fromiter(map(_CAT_LOOKUP, map(g["cat"], events)), np.int16, len(events))
+    kinds_all = np.fromiter(map(_loose_cat if loose else _CAT_LOOKUP, map(g["cat"], events)), np.int16, len(events))
     is_x = np.fromiter(map(_IS_X if loose else "X".__eq__, map(g["ph"], events)), bool, len(events))
     keep = is_x & (kinds_all >= 0)
     evs = list(compress(events, keep))
@@ -220,6 +249,8 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
         out["coll"] = _intern(list(map(g["coll"], args)))
         out["pg"] = _intern(list(map(g["pg"], args)))
     out["name"] = _intern(names)
+    _old_steps_as_annotations(out)
+    _drop_impossible_times(out)
     # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
     codes, table = out["name"]
     wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] <= 1)
@@ -236,15 +267,65 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
     return out
 
 
+# Microseconds beyond any clock a trace uses (the Unix epoch reaches 1.8e15 us in 2027): a damaged value.
+_MAX_US = 1e17
+
+
+def _drop_impossible_times(out: dict) -> None:
+    """Events whose ts or dur is not a time (NaN, infinite, negative duration, beyond any clock) are dropped."""
+    ts, dur = out["ts"], out["dur"]
+    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < _MAX_US) & (dur < _MAX_US)
+    if ok.all():
+        return
+    for col in NUM_COLS:
+        out[col] = out[col][ok]
+    for col in STR_COLS:
+        codes, table = out[col]
+        out[col] = (codes[ok], table)
+    rows = np.flatnonzero(ok)
+    for col in RAW_COLS:
+        if out[col] is not None:
+            out[col] = [out[col][i] for i in rows]
+    out["n"] = int(ok.sum())
+
+
+def _old_steps_as_annotations(out: dict) -> None:
+    codes, table = out["name"]
+    step_codes = [i for i, t in enumerate(table) if isinstance(t, str) and _STEP_NAME.match(t)]
+    if step_codes:
+        old = np.isin(codes, step_codes) & (out["kind"] == 0)  # Kind.CPU_OP
+        out["kind"][old] = 1  # Kind.USER_ANNOTATION
+
+
 def decode_piece(piece: bytes) -> dict:
     """Decode a run of comma-separated events (no brackets) into columns."""
-    data = b"[" + piece + b"]"
+    return decode_array(b"[" + piece + b"]")
+
+
+def decode_array(data: bytes) -> dict:
+    """Decode a JSON array of events into columns: typed, else loosely typed, else one event at a time."""
     try:
-        events = _STRICT.decode(data)
-        return columns_from_events(events)
+        return columns_from_events(_STRICT.decode(data))
     except msgspec.ValidationError:
-        events = _LOOSE.decode(data)
-        return columns_from_events(events, loose=True)
+        pass
+    try:
+        return columns_from_events(_LOOSE.decode(data), loose=True)
+    except msgspec.ValidationError:
+        pass
+    # Some event has a field of a shape no event has (args a number, an event that is a string...): decode each
+    # event on its own and keep those that are objects; their args only where args is an object.
+    events = []
+    for raw in _RAW_LIST.decode(data):
+        try:
+            events.append(_LOOSE_ONE.decode(raw))
+        except msgspec.ValidationError:
+            try:
+                ev = _NOARGS_ONE.decode(raw)
+            except msgspec.ValidationError:
+                continue
+            events.append(LooseEvent(ph=ev.ph, cat=ev.cat, name=ev.name, pid=ev.pid, tid=ev.tid, ts=ev.ts,
+                                     dur=ev.dur))
+    return columns_from_events(events, loose=True)
 
 
 def meta_events(events_json: bytes) -> list[_MetaEvent]:
@@ -253,42 +334,6 @@ def meta_events(events_json: bytes) -> list[_MetaEvent]:
 
 # --------------------------------------------------------------------------------------------------------------
 # Streaming the file and cutting it at event boundaries
-
-
-def iter_bytes(path: str) -> Iterator[bytes]:
-    """Yield the decompressed content of a .json or .json.gz file in blocks."""
-    with open(path, "rb") as f:
-        magic = f.read(2)
-        f.seek(0)
-        if magic == b"\x1f\x8b":
-            d = _zlib.decompressobj(31)
-            while True:
-                block = f.read(READ_BYTES)
-                if not block:
-                    break
-                try:
-                    out = d.decompress(block)
-                    while d.unused_data:  # concatenated gzip members
-                        rest = d.unused_data
-                        out += d.flush()
-                        d = _zlib.decompressobj(31)
-                        out += d.decompress(rest)
-                except zlib.error as exc:
-                    raise TraceFileError(path, f"corrupt gzip data ({exc})") from None
-                except Exception as exc:  # isal raises its own error type
-                    raise TraceFileError(path, f"corrupt gzip data ({exc})") from None
-                if out:
-                    yield out
-            if not d.eof:
-                raise TraceFileError(path, "truncated gzip file (the compressed stream ends early)")
-            return
-        if path.endswith(".gz"):
-            raise TraceFileError(path, "named .gz but not a gzip file")
-        while True:
-            block = f.read(READ_BYTES)
-            if not block:
-                return
-            yield block
 
 
 # CPU ops and annotations whose input shapes / dtypes the analyses read: matrix multiplies, convolutions and
@@ -388,6 +433,7 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[byt
                 cut = buf.rfind(marker)
                 if cut > 0:
                     end = cut + len(marker) - 1  # index of the "," after the event's "}"
+                    info["yielded"] = True
                     yield buf[:end]
                     buf = buf[end + 1 :]
         # The rest holds the last events, the array's "]" and the object's trailing keys.
@@ -396,6 +442,14 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[byt
         if m is None:
             if buf.strip().startswith(b"]"):  # an empty array
                 info["trailer"] = buf.strip()[1:]
+                return
+            if not info.get("yielded"):
+                # The events are not laid out as the first one suggested (one event a line, mixed indents...):
+                # nothing was cut yet, so the rest is the whole array: decode it whole.
+                events, trailer = _split_whole(layout.header, buf, path)
+                info["trailer"] = trailer
+                if events.strip():
+                    yield events
                 return
             raise TraceFileError(path, "truncated JSON (the traceEvents array never closes)")
         events = buf[: m.start() + len(marker) - 1]
@@ -422,6 +476,29 @@ def _split_whole(header: bytes, rest: bytes, path: str) -> tuple[bytes, bytes]:
     return events, trailer
 
 
+def decode_whole(path: str) -> tuple[dict, dict, int]:
+    """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes)."""
+    data = b"".join(iter_bytes(path))
+    text = data.lstrip()
+    if not text:
+        raise TraceFileError(path, "empty file")
+    if text[:1] not in (b"{", b"["):
+        raise TraceFileError(path, "not JSON (does not start with '{' or '[')")
+    try:
+        if text[:1] == b"[":
+            return decode_array(text), {}, len(data)
+        parts = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError as exc:
+        raise TraceFileError(path, f"invalid or truncated JSON ({_first_line(exc)})") from None
+    events = parts.pop("traceEvents", None)
+    if events is None:
+        raise TraceFileError(path, "not a Chrome trace (no 'traceEvents' array)")
+    if not bytes(events).lstrip().startswith(b"["):
+        raise TraceFileError(path, "not a Chrome trace ('traceEvents' is not an array)")
+    meta = {k: msgspec.json.decode(v) for k, v in parts.items()}
+    return decode_array(bytes(events)), meta, len(data)
+
+
 def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
     """The trace object's own keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...)."""
     if not header:
@@ -446,8 +523,8 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
     import mmap
 
     with open(path, "rb") as f:
-        if f.read(2) == b"\x1f\x8b":
-            return None
+        if f.read(1) not in (b"{", b"[", b" ", b"\n", b"\r", b"\t"):
+            return None  # compressed, a byte-order mark, or not JSON: the streaming reader handles (or names) it
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import NoUsableTraceError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+# Compressed forms are told by their content when read; zstd needs the optional ``zstandard`` module.
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")
 # Files we write ourselves or tools write next to traces; never traces.
 IGNORED_NAMES = re.compile(r"^(report\.json|.*\.report\.json|results\.json|diff\.json)$")
 CACHE_DIRNAME = ".traceinspect-cache"  # where older versions cached, inside the trace folder: never read

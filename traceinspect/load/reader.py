@@ -6,7 +6,6 @@ Bad files degrade one at a time: each becomes a ``Skipped`` entry with a one-lin
 from __future__ import annotations
 
 import os
-import re
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,13 @@ from ..run import cache as _cache
 from ..run.pool import process_pool as _pool, worker_count as _workers  # pools are made in one place
 from ..config import Config, DEFAULT
 from .discover import find_trace_files
-from .decode import NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, plan_ranges, read_pieces
-from ..errors import NoUsableTraceError, TraceFileError
+from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
+                     read_pieces)
+from ..errors import NoUsableTraceError, TraceFileError, UsageError
+from . import meta as M
+from .peek import peek
+from .runs import RunPlan, plan_runs, runs_dict
 from .trace import RankTrace, Skipped, Trace
-
-_RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
 
 ProgressFn = Callable[[str, int, int], None]  # (file, bytes done in this call, total bytes of all files)
 
@@ -68,7 +69,19 @@ def _concat_pieces(pieces: list[dict]) -> dict:
 
 
 def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
-    """Decode one file into columns; pieces go to ``pool`` when given (bounded in flight to keep memory flat)."""
+    """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` when given),
+    or, when the file is laid out otherwise (any other valid JSON), decoded whole, with the same result."""
+    try:
+        return _decode_cut(path, pool, progress)
+    except (TraceFileError, ValueError, TypeError) as first:
+        try:
+            cols, meta, nbytes = decode_whole(path)
+        except TraceFileError as second:
+            raise (first if isinstance(first, TraceFileError) else second) from None
+        return FileResult(path=path, meta=meta, columns=cols, nbytes=nbytes)
+
+
+def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
     if pool is not None:
         plan = plan_ranges(path)
         if plan is not None:
@@ -158,53 +171,36 @@ def _frame(cols: dict, window: int, shift_us: float) -> pd.DataFrame:
 
 
 def _rank_of(meta: dict, path: str) -> int | None:
-    dist = meta.get("distributedInfo") or {}
-    r = dist.get("rank") if isinstance(dist, dict) else None
-    if isinstance(r, int):
-        return r
-    ti = meta.get("traceinspect") or {}
-    if isinstance(ti, dict) and isinstance(ti.get("rank"), int):
-        return ti["rank"]
-    m = _RANK_IN_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
+    return M.rank_of(meta, path)
 
 
 def _device_info(meta: dict, events: pd.DataFrame) -> tuple[str | None, tuple[int, int] | None]:
-    props = meta.get("deviceProperties") or []
-    if not props:
-        return None, None
     gpu_pids = events.loc[events["kind"] >= 5, "pid"]
     dev_id = int(gpu_pids.mode().iloc[0]) if len(gpu_pids) else None
-    chosen = None
-    for p in props:
-        if isinstance(p, dict) and (dev_id is None or p.get("id") == dev_id):
-            chosen = p
-            break
-    if chosen is None:
-        chosen = props[0] if isinstance(props[0], dict) else None
-    if not chosen:
-        return None, None
-    cc = (chosen.get("computeMajor"), chosen.get("computeMinor"))
-    return chosen.get("name"), (int(cc[0]), int(cc[1] or 0)) if cc[0] is not None else None
+    return M.device_info(meta, dev_id)
 
 
-def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]]:
-    """Group files by rank; several files of one rank are successive active windows."""
+def _group_by_rank(results: list[FileResult]) -> list[tuple[int, list[FileResult]]]:
+    """Files given as a list (not a folder): group by the rank each names; files naming none get free ranks."""
     by_rank: dict[int, list[FileResult]] = {}
     unranked: list[FileResult] = []
-    skipped: list[Skipped] = []
     for fr in results:
         r = _rank_of(fr.meta, fr.path)
         (by_rank.setdefault(r, []) if r is not None else unranked).append(fr)
-    # Files with no rank anywhere get the next free ranks, in path order.
     next_free = 0
     for fr in sorted(unranked, key=lambda f: f.path):
         while next_free in by_rank:
             next_free += 1
         by_rank[next_free] = [fr]
+    return sorted(by_rank.items())
+
+
+def _assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrace], list[Skipped]]:
+    """One RankTrace per (rank, files); several files of one rank are successive active windows."""
+    skipped: list[Skipped] = []
     ranks = []
-    for r, frs in sorted(by_rank.items()):
-        bases = [int(f.meta.get("baseTimeNanoseconds") or 0) for f in frs]
+    for r, frs in groups:
+        bases = [M.base_ns(f.meta) or 0 for f in frs]
         base = min(bases)
         # Order windows by their start on the common clock.
         spans = []
@@ -235,22 +231,18 @@ def _assemble(results: list[FileResult]) -> tuple[list[RankTrace], list[Skipped]
                     events[col] = events[col].astype("category")
         first = frs[order[0]]
         frs_used = [frs[i] for i in order]
-        dist = first.meta.get("distributedInfo") or {}
-        world = dist.get("world_size") if isinstance(dist, dict) else None
-        if world is None and isinstance(first.meta.get("traceinspect"), dict):
-            world = first.meta["traceinspect"].get("world_size")
         name, cc = _device_info(first.meta, events)
         ranks.append(
             RankTrace(
                 rank=r,
-                world_size=world,
+                world_size=M.world_of(first.meta),
                 files=[f.path for f in frs_used],
                 events=events,
                 base_ns=base,
                 device_name=name,
                 compute_capability=cc,
-                distributed=dist if isinstance(dist, dict) else {},
-                metadata=first.meta.get("traceinspect") if isinstance(first.meta.get("traceinspect"), dict) else {},
+                distributed=M.distributed(first.meta),
+                metadata=M.capture_meta(first.meta),
                 windows=len(frs_used),
             )
         )
@@ -283,33 +275,100 @@ def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressF
     return out
 
 
+def plan_folder(files: list, config: Config = DEFAULT) -> tuple[RunPlan, list[Skipped]]:
+    """Peek at every file (in parallel when there are several) and decide runs, ranks and windows.
+
+    Returns the plan and the files that could not be read at all (each with its one-line reason).
+    """
+    paths = [str(f) for f in files]
+    n = min(_workers(config), len(paths))
+    if n > 1:
+        with _pool(n) as pool:
+            facts = list(pool.map(peek, paths))
+    else:
+        facts = [peek(p) for p in paths]
+    bad = [Skipped(file=f.path, reason=f.error) for f in facts if f.error is not None]
+    return plan_runs(facts), bad
+
+
+def select_run(plan: RunPlan, run: int | None, source: str):
+    chosen = plan.select(run)
+    if chosen is None and plan.runs:
+        raise UsageError(f"{source}: --run {run} does not exist (runs 1-{len(plan.runs)}, 1 the oldest)")
+    return chosen
+
+
 def load(
     path: str | os.PathLike | Iterable,
     config: Config = DEFAULT,
     progress: ProgressFn | None = None,
     allow_empty: bool = False,
+    run: int | None = None,
+    rank: int | None = None,
 ) -> Trace:
-    """Load every trace file under ``path`` (a folder or a file) into a ``Trace``.
+    """Load the trace files under ``path`` into a ``Trace``.
 
-    Raises ``NoUsableTraceError`` when nothing could be loaded; otherwise unusable files are in ``trace.skipped``.
+    A folder (or a file) is one run or several: the most recent run is loaded, or run number ``run`` (1 the oldest;
+    ``trace.runs`` says what was decided). A list of files is loaded as given: grouped by the rank each names, or
+    all as windows of rank ``rank``. Raises ``NoUsableTraceError`` when nothing could be loaded; otherwise unusable
+    files are in ``trace.skipped``.
     """
+    skipped: list[Skipped] = []
+    runs_info = None
+    groups_paths: list[tuple[int | None, list[str]]]
     if isinstance(path, (str, os.PathLike)):
-        files = find_trace_files(path)
         source = str(path)
+        files = find_trace_files(path)
+        if not files:
+            raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
+        plan, bad = plan_folder(files, config)
+        skipped.extend(bad)
+        skipped.extend(plan.skipped)
+        chosen = select_run(plan, run, source)
+        if chosen is not None:
+            runs_info = runs_dict(plan, chosen)
+            groups_paths = [(p.rank, p.files) for p in chosen.processes]
+        else:
+            groups_paths = []
     else:
         files = [Path(p) for p in path]
         source = ", ".join(str(p) for p in files)
-    if not files:
-        raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
-    results: list[FileResult] = []
+        if not files:
+            raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
+        groups_paths = [(rank, [str(f) for f in files])]
+    all_paths = [f for _, fs in groups_paths for f in fs]
+    decoded, more = _decode_all(all_paths, config, progress)
+    skipped.extend(more)
+    if not decoded:
+        if allow_empty:
+            return Trace(source=source, ranks=[], skipped=skipped, runs=runs_info)
+        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
+        raise NoUsableTraceError(f"{source}: no usable trace ({reasons})")
+    groups: list[tuple[int, list[FileResult]]] = []
+    for r, fs in groups_paths:
+        frs = sorted((decoded[f] for f in fs if f in decoded), key=lambda x: x.path)
+        if not frs:
+            continue
+        groups.extend([(r, frs)] if r is not None else _group_by_rank(frs))
+    ranks, more_skipped = _assemble(groups)
+    skipped.extend(more_skipped)
+    worlds = [r.world_size for r in ranks if r.world_size]
+    world = max(worlds) if worlds else None
+    return Trace(source=source, ranks=ranks, skipped=skipped, world_size=world, runs=runs_info)
+
+
+def _decode_all(paths: list[str], config: Config, progress: ProgressFn | None
+                ) -> tuple[dict[str, FileResult], list[Skipped]]:
+    """path -> FileResult of every usable file (from the column cache where it has them), and the others' reasons."""
+    results: dict[str, FileResult] = {}
     skipped: list[Skipped] = []
     to_decode = []
-    for f in files:
-        hit = _cache.get(f, config) if config.use_cache else None
+    for f in paths:
+        hit = _cache.get(Path(f), config) if config.use_cache else None
         if hit is not None:
-            results.append(hit)
+            results[f] = hit
         else:
-            to_decode.append(str(f))
+            to_decode.append(f)
     for p, res in zip(to_decode, decode_files(to_decode, config, progress)):
         if isinstance(res, TraceFileError):
             skipped.append(Skipped(file=res.path, reason=res.reason))
@@ -319,43 +378,15 @@ def load(
             continue
         if config.use_cache:
             _cache.put(Path(p), res, config)
-        results.append(res)
-    if not results:
-        if allow_empty:
-            return Trace(source=source, ranks=[], skipped=skipped)
-        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
-        raise NoUsableTraceError(f"{source}: no usable trace ({reasons})")
-    results.sort(key=lambda r: r.path)
-    ranks, more_skipped = _assemble(results)
-    skipped.extend(more_skipped)
-    worlds = [r.world_size for r in ranks if r.world_size]
-    world = max(worlds) if worlds else None
-    return Trace(source=source, ranks=ranks, skipped=skipped, world_size=world)
+        results[p] = res
+    return results, skipped
 
 
-def peek_rank(path: str | os.PathLike) -> int | None:
-    """The rank a file belongs to, from the metadata written before its events (cheap: reads the head only)."""
-    from .decode import iter_bytes, _EVENTS_KEY
-
-    head = b""
-    try:
-        for block in iter_bytes(str(path)):
-            head += block
-            m = _EVENTS_KEY.search(head)
-            if m or len(head) > (8 << 20):
-                break
-        m = _EVENTS_KEY.search(head)
-        meta = decode_meta(head[: m.end() - 1], b"}", str(path)) if m else {}
-    except (TraceFileError, OSError):
-        meta = {}
-    return _rank_of(meta, str(path))
-
-
-def group_by_rank(files: list[Path]) -> tuple[dict[int, list[str]], list[str]]:
-    """Files per rank (several files of a rank are its successive windows), plus files of unknown rank."""
-    by_rank: dict[int, list[str]] = {}
-    unknown: list[str] = []
-    for f in files:
-        r = peek_rank(f)
-        (by_rank.setdefault(r, []) if r is not None else unknown).append(str(f))
-    return by_rank, unknown
+def group_by_rank(files: list[Path], config: Config = DEFAULT, run: int | None = None, source: str = ""
+                  ) -> tuple[list[tuple[int, list[str]]], list[Skipped], dict | None]:
+    """The chosen run of these files as (rank, window files) groups, the files no run holds, and the runs object."""
+    plan, bad = plan_folder(files, config)
+    chosen = select_run(plan, run, source)
+    if chosen is None:
+        return [], bad + plan.skipped, None
+    return [(p.rank, p.files) for p in chosen.processes], bad + plan.skipped, runs_dict(plan, chosen)

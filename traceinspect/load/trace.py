@@ -107,6 +107,7 @@ class Trace:
     ranks: list[RankTrace]
     skipped: list[Skipped] = field(default_factory=list)
     world_size: int | None = None
+    runs: dict | None = None  # the runs found where the files came from and which one this is (docs/folders.md)
 
     @property
     def missing_ranks(self) -> list[int]:

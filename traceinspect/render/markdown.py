@@ -10,6 +10,8 @@ def render_markdown(d: dict) -> str:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
     out.append(f"{n} of {world or n} ranks analyzed." + (f" World size {world}." if world else ""))
+    if (d.get("runs") or {}).get("notable"):
+        out.append(f"Runs: {d['runs']['summary']}.")
     out += ["", f"**Verdict:** {verdict(d)}", ""]
     out.append("## Findings")
     out.append("")

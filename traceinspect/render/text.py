@@ -157,12 +157,30 @@ def ranges_text(xs: list[int]) -> str:
     return ", ".join(out)
 
 
+MAX_RUN_ROWS = 6
+
+
+def _other_runs(runs: dict, console: Console) -> None:
+    """One line per other run of the folder (the most recent ones): its number, folders, ranks, start."""
+    others = [r for r in runs["runs"] if not r["selected"]]
+    for r in others[-MAX_RUN_ROWS:]:
+        folders = ", ".join(r["folders"][:2]) + (" ..." if len(r["folders"]) > 2 else "")
+        ranks = ranges_text(r["ranks"])
+        console.print(f"  run {r['run']}: {folders} · rank{'s' if len(r['ranks']) > 1 else ''} {ranks} · "
+                      f"{r['files']} file{'s' if r['files'] > 1 else ''}" + (f" · {r['start']}" if r["start"] else ""))
+    if len(others) > MAX_RUN_ROWS:
+        console.print(f"  ({len(others) - MAX_RUN_ROWS} older runs in the JSON report)")
+
+
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
     total = world or n
     console.print(Text(f"traceinspect report: {d['source']}", style="bold"))
     console.print(f"{n} of {total} ranks analyzed" + (f" (world size {world})" if world else ""))
+    if (d.get("runs") or {}).get("notable"):
+        console.print(d["runs"]["summary"])  # several runs, windows or copies in the folder (docs/folders.md)
+        _other_runs(d["runs"], console)
     console.print(Text("Verdict: " + verdict(d), style="bold"))
     for r in d["ranks"]:
         console.print()

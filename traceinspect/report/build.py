@@ -136,4 +136,5 @@ def report_to_dict(report) -> dict:
         "missing_ranks": list(report.missing_ranks),
         "cross_rank": clean(report.cross_rank or {}),
         "errors": list(report.errors),
+        "runs": clean(getattr(report, "runs", None)),  # runs, ranks, windows found (docs/folders.md)
     }

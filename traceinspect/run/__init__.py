@@ -107,11 +107,11 @@ def _analyze(path, config: Config, observer: Observer | None):
     if config.executor == "dask":
         from .dask import analyze_with_dask
 
-        return analyze_with_dask(path, config, scheduler=config.scheduler, progress=progress)
+        return analyze_with_dask(path, config, scheduler=config.scheduler, progress=progress, run=config.run)
     if config.scheduler:
         from ..errors import UsageError
 
         raise UsageError("--scheduler needs --executor dask")
     from .local import analyze_local
 
-    return analyze_local(path, config, progress)
+    return analyze_local(path, config, progress, run=config.run)

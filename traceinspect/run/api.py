@@ -31,7 +31,8 @@ class _Progress(Observer):
 
 
 def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
-                 executor: str = "local", scheduler: str | None = None) -> Report:
-    """Load and analyze a folder (or file) of traces: ``report_folder(...).analysis``."""
-    config = replace(config, executor=executor, scheduler=scheduler)
+                 executor: str = "local", scheduler: str | None = None, run: int | None = None) -> Report:
+    """Load and analyze a folder (or file) of traces: ``report_folder(...).analysis``; run ``run`` of the folder
+    (1 the oldest), or the most recent."""
+    config = replace(config, executor=executor, scheduler=scheduler, run=run)
     return report_folder(path, config, _Progress(progress) if progress else None).analysis

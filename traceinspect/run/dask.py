@@ -12,27 +12,23 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from ..diagnose.engine import Report, finish
+from ..diagnose.engine import Report
 from ..config import Config, DEFAULT
-from ..errors import NoUsableTraceError, UsageError
-from ..load.reader import ProgressFn, find_trace_files, group_by_rank
-from .local import _world, rank_task
+from ..errors import UsageError
+from ..load.reader import ProgressFn
+from .local import done, plan, rank_task
 from .pool import worker_count
 
 
 def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
-                      progress: ProgressFn | None = None, client=None) -> Report:
+                      progress: ProgressFn | None = None, client=None, run: int | None = None) -> Report:
     from .._optional import import_optional
 
     distributed = import_optional("dask.distributed", "--executor dask")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
-    files = [f.resolve() for f in find_trace_files(path)]
-    if not files:
-        raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
-    by_rank, unknown = group_by_rank(files)
-    groups = [fs for _, fs in sorted(by_rank.items())]
-    if unknown:  # ranks are assigned among these files together, as the local loader does
-        groups.append(unknown)
+    plan_groups, skipped, runs = plan(path, config, run, resolve=True)
+    ranks_of = [r for r, _ in plan_groups]
+    groups = [fs for _, fs in plan_groups]
     own = client is None
     cluster = None
     if own:
@@ -47,8 +43,9 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
             raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
     try:
         # One core per task: Dask workers are daemonic and must not start process pools of their own.
-        futures = client.map(rank_task, groups, config=replace(config, workers=1), pure=False)
-        ranks, skipped = [], []
+        n = len(groups)
+        futures = client.map(rank_task, groups, [replace(config, workers=1)] * n, [None] * n, ranks_of, pure=False)
+        ranks = []
         for fs, (r, s) in zip(groups, client.gather(futures)):
             ranks.extend(r)
             skipped.extend(s)
@@ -60,7 +57,4 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
             client.close()
             if cluster is not None:
                 cluster.close()
-    if not ranks:
-        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
-        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
-    return finish(str(path), ranks, skipped, _world(ranks), config)
+    return done(path, ranks, skipped, runs, config)

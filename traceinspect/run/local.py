@@ -22,18 +22,18 @@ from .pool import process_pool, worker_count
 from ..load.trace import Skipped
 
 
-def rank_task(files: list[str], config: Config, progress: ProgressFn | None = None
+def rank_task(files: list[str], config: Config, progress: ProgressFn | None = None, rank: int | None = None
               ) -> tuple[list[RankAnalysis], list[Skipped]]:
-    """Decode and analyze the files of one rank (or of unknown rank); never raises for bad input.
+    """Decode and analyze the files (windows) of one rank; never raises for bad input.
 
-    The result is cached (in the user cache folder, keyed by the files, the configuration and the code), so a
+    The result is cached (in the user cache folder, keyed by the files, the rank, the configuration and the code), so a
     second report of an unchanged folder skips decoding and analysis altogether.
     """
-    key = _cache.result_key("rank", files, config) if config.use_cache else None
+    key = _cache.result_key(f"rank{rank}", files, config) if config.use_cache else None
     hit = _cache.get_rank_result(key, config)
     if hit is not None:
         return hit
-    trace = load(files, config, progress=progress, allow_empty=True)
+    trace = load(files, config, progress=progress, allow_empty=True, rank=rank)
     result = ([analyze_rank(r, config) for r in trace.ranks], trace.skipped)
     _cache.put_rank_result(key, result, config)
     return result
@@ -44,34 +44,46 @@ def _world(ranks: list[RankAnalysis]) -> int | None:
     return max(worlds) if worlds else None
 
 
-def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None) -> Report:
+def plan(path, config: Config, run: int | None = None, resolve: bool = False):
+    """The chosen run's (rank, files) groups, the files no run holds, and the report's ``runs`` object."""
     files = find_trace_files(path)
     if not files:
         raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
-    by_rank, unknown = group_by_rank(files)
-    groups = [fs for _, fs in sorted(by_rank.items())]
-    if unknown:  # ranks are assigned among these files together
-        groups.append(unknown)
+    if resolve:
+        files = [f.resolve() for f in files]
+    return group_by_rank(files, config, run, str(path))
+
+
+def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: Config) -> Report:
+    if not ranks:
+        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
+        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
+    report = finish(str(path), ranks, skipped, _world(ranks), config)
+    report.runs = runs
+    return report
+
+
+def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
+                  run: int | None = None) -> Report:
+    """Report on run ``run`` of ``path`` (1 the oldest; the most recent when None)."""
+    groups, skipped, runs = plan(path, config, run)
     n = worker_count(config)
-    sizes = {f: Path(f).stat().st_size for fs in groups for f in fs}
+    sizes = {f: Path(f).stat().st_size for _, fs in groups for f in fs}
     results: list = [None] * len(groups)
     if n > 1 and len(groups) >= n:
         # Enough ranks to keep every core busy: one rank per task, each decoded on one core.
         one = replace(config, workers=1)
         with process_pool(n) as pool:
-            futures = [pool.submit(rank_task, fs, one) for fs in groups]
-            for i, (fs, fut) in enumerate(zip(groups, futures)):
+            futures = [pool.submit(rank_task, fs, one, None, r) for r, fs in groups]
+            for i, ((_, fs), fut) in enumerate(zip(groups, futures)):
                 results[i] = fut.result()
                 if progress:
                     for f in fs:
                         progress(f, sizes[f], 0)
     else:
         # Few ranks: one at a time, each file cut into pieces decoded on all cores.
-        for i, fs in enumerate(groups):
-            results[i] = rank_task(fs, config, progress)
+        for i, (r, fs) in enumerate(groups):
+            results[i] = rank_task(fs, config, progress, r)
     ranks = [r for res in results for r in res[0]]
-    skipped = [s for res in results for s in res[1]]
-    if not ranks:
-        reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
-        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
-    return finish(str(path), ranks, skipped, _world(ranks), config)
+    skipped = skipped + [s for res in results for s in res[1]]
+    return done(path, ranks, skipped, runs, config)

@@ -1,0 +1,43 @@
+"""``report --all-runs``: the report command once per run of the folder, each output name marked with its run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+
+
+def _nth(path: str | None, n: int) -> str | None:
+    """report.json -> report.run2.json; a folder (--out) gets a run2/ sub-folder."""
+    if not path:
+        return path
+    p = Path(path)
+    suffix = "".join(p.suffixes[-1:])
+    return str(p.with_name(f"{p.name[: len(p.name) - len(suffix)]}.run{n}{suffix}"))
+
+
+def report_all_runs(ctx: click.Context, command) -> None:
+    from ..config import Config
+    from ..run.local import plan
+
+    params = dict(ctx.params)
+    if params.get("json_path") == "-":
+        raise UsageError("--all-runs writes one JSON report per run: give --json a file name, not '-'")
+    _, _, runs = plan(params["path"], Config(workers=params["workers"], use_cache=False))  # lists files, reads no events
+    count = runs["count"] if runs else 1
+    worst = 0
+    for n in range(1, count + 1):
+        one = {**params, "all_runs": False, "run_no": n,
+               "json_path": _nth(params.get("json_path"), n), "md_path": _nth(params.get("md_path"), n),
+               "html_path": _nth(params.get("html_path"), n),
+               "out_dir": str(Path(params["out_dir"]) / f"run{n}") if params.get("out_dir") else None}
+        if n > 1 and not params.get("quiet"):
+            click.echo()
+        try:
+            ctx.invoke(command, **one)
+        except SystemExit as exc:  # --fail-on met in this run: go on with the others, exit with it at the end
+            worst = max(worst, int(exc.code or 0))
+    if worst:
+        raise SystemExit(worst)
