@@ -254,7 +254,7 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Fin
     })
     if f.id == LAST and rank in explained:
         extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained[rank].items(), key=lambda kv: -kv[1])
-                                 if v > 0]
+                                 if v >= 1.0]
     return replace(f, severity=sev, time_at_stake_us=claim, extra=extra)
 
 
