@@ -243,6 +243,10 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Fin
     info = acc["ranks"].get(rank) or {}
     step, se, nsteps = info.get("step_us"), info.get("step_se_us"), info.get("steps") or 0
     thin = _thin(f, nsteps, config)
+    # With fewer steps than the thin-evidence line the standard error is itself too uncertain to judge noise by
+    # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
+    if nsteps < config.thin_evidence_min_steps:
+        se = None
     sev, reason = grade(claim, step, se, thin, config)
     extra = dict(f.extra)
     extra.update({
