@@ -102,6 +102,18 @@ def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
     return np.nan_to_num(s["step"].map(g).to_numpy(dtype=float), nan=0.0)
 
 
+def _pageable_blocked(ra, s: pd.DataFrame) -> np.ndarray:
+    """CPU time per step blocked by pageable copies: their launch calls, and the blocking calls the same ops make
+    (a ``non_blocking=False`` copy is ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``, both under ``aten::copy_``)."""
+    copies, calls = ra.tables.get("pageable_copies"), ra.tables.get("sync_calls")
+    own = _per_step(ra, s, "pageable_copies", "runtime_us")
+    if copies is None or not len(copies) or calls is None or not len(calls):
+        return own
+    ops = set(copies["op"].dropna())
+    mine = calls[calls["op"].isin(ops)]
+    return np.maximum(own, np.nan_to_num(s["step"].map(mine.groupby("step")["total_us"].sum()).to_numpy(float)))
+
+
 def _pinned_gbps(ra, config) -> float:
     s = ra.steps
     b, t = _col(s, "pinned_h2d_bytes").sum(), _col(s, "pinned_h2d_time_us").sum()
@@ -135,12 +147,14 @@ def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndar
             copy = _col(s, "pageable_h2d_time_us") + _col(s, "pageable_d2h_time_us")
             nbytes = _col(s, "pageable_h2d_bytes") + _col(s, "pageable_d2h_bytes")
             pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
-            blocked = _per_step(ra, s, "pageable_copies", "runtime_us")
+            blocked = _pageable_blocked(ra, s)
             sync = _col(s, "sync_us")
             blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
-            # The copy itself beyond what a pinned copy of the same bytes takes, and the GPU idle while the CPU
-            # was blocked in the copy's launch call (on a launch-bound step, that is the larger part).
-            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share)]
+            # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was
+            # blocked in the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the
+            # blocked CPU time: on a launch-bound step every microsecond the CPU is stuck delays the next launches.
+            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share),
+                    ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
         if f.id == "host-sync":
             return [("sync", _col(s, "idle_sync_us"))]
         if f.id == "launch-bound":
@@ -193,7 +207,7 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
             for pool, want in _demands(f, ra, s, config):
                 if pool not in pools:
                     continue
-                want = spill if want is None else want
+                want = spill if want is None else want(got) if callable(want) else want
                 if want is None:
                     continue
                 take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])

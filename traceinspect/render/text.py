@@ -69,7 +69,7 @@ def verdict(d: dict) -> str:
     if v and v.get("text"):
         line = f"rank {v['rank']}: {v['text']}"
         counts = [(sev, sum(1 for f in d["findings"] if f["severity"] == sev)) for sev in ("critical", "warning")]
-        counts = [f"{n} {sev}" for sev, n in counts if n]
+        counts = [f"{n} {sev}" + ("s" if sev == "warning" and n > 1 else "") for sev, n in counts if n]
         return line + (f" · {', '.join(counts)}" if counts else " · no warning or critical finding")
     return _breakdown_verdict(d)
 
