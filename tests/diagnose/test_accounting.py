@@ -66,7 +66,7 @@ def test_big_baseline_claims_are_disjoint():
     explained = {e["id"] for e in idle["explained_by"]}
     assert "dataloader-stall" in explained
     mean_idle = sum(s["breakdown_us"]["idle"] for s in r["steps"]) / len(r["steps"])
-    assert idle["time_at_stake_us"] + sum(e["us"] for e in idle["explained_by"]) == pytest.approx(mean_idle, rel=1e-6)
+    assert idle["time_at_stake_us"] + sum(e["us"] for e in idle["explained_by"]) == pytest.approx(mean_idle, abs=5.0)  # explained_by lists claims of 1 us or more
 
 
 def test_gpu_bound_host_sync_costs_what_the_gpu_waited():
