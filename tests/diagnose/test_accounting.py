@@ -131,3 +131,36 @@ def test_clean_runs_are_critical_only_for_their_cpu_bound_steps():
     for name in ("small_clean", "loader_fed"):
         d = report(FIXTURES / "gpu_pairs" / name)
         assert not [f for f in d["findings"] if f["severity"] == "critical" and f["id"] != "launch-bound"]
+
+
+# fixtures/gpu (fixtures/README.md): the finding each problem fixture is made for (present at any severity: on a
+# CPU-bound step the claim, and so the severity, can rightly be small).
+MADE_FOR = {
+    "baseline": {"pageable-memcpy", "optimizer-not-fused", "sync-every-microstep", "no-mixed-precision"},
+    "pinned": {"optimizer-not-fused", "sync-every-microstep"},
+    "slow_loader": {"dataloader-stall"},
+    "bf16_scaler": {"gradscaler-with-bf16"},
+    "fp32": {"no-mixed-precision"},
+    "single_adamw": {"optimizer-not-fused"},
+    "deep_tiny": {"small-buckets"},
+    "no_sync_off": {"sync-every-microstep"},
+    "tf_shapes": {"tensor-core-alignment"},
+    "big_baseline": {"pageable-memcpy", "dataloader-stall", "no-mixed-precision"},
+}
+# The optimized ones: every knob fixed. Their steps are CPU-bound (the H200 is busy 0.6-6 ms of a 9-94 ms step),
+# which launch-bound reports; nothing else may be louder than info.
+OPTIMIZED = ("optimized", "big_optimized", "fp16", "tf32", "deep_default")
+
+
+@pytest.mark.parametrize("name", sorted(MADE_FOR))
+def test_problem_fixture_gets_its_finding(name):
+    ids = {f["id"] for f in report(FIXTURES / "gpu" / name)["findings"]}
+    assert MADE_FOR[name] <= ids, MADE_FOR[name] - ids
+
+
+@pytest.mark.parametrize("name", OPTIMIZED)
+def test_optimized_fixture_gets_no_warning_for_problems_it_does_not_have(name):
+    loud = [(f["id"], f["severity"]) for f in report(FIXTURES / "gpu" / name)["findings"]
+            if f["severity"] != "info" and f["id"] != "launch-bound"]
+    assert not loud
+    assert "pageable-memcpy" not in {f["id"] for f in report(FIXTURES / "gpu" / "pinned")["findings"]}
