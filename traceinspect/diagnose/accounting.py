@@ -17,7 +17,9 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 ``other``.) Findings claim from their pools in a fixed order, each taking at most what is left, so a symptom
 (``gpu-idle``, last) gets only the idle time no cause explained. Work the GPU does faster after a fix
 (``no-mixed-precision``) saves only where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
-part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``).
+part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``),
+less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
+CPU-side finding claims that too.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _pools(ra, s: pd.DataFrame) -> dict[str, np.ndarray]:
         copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
         return {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
                 "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
-                "compute": _col(s, "bd_compute")}
+                "compute": _col(s, "bd_compute"), "room": _gpu_room(s)}
     return {k: _col(s, f"cpu_{k}") for k in CPU_POOLS}
 
 
@@ -161,9 +163,9 @@ def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndar
             return [("launch", _col(s, "idle_other_us"))]
         if f.id == "no-mixed-precision":
             saving = float((f.evidence or {}).get("assumed_saving") or 0.75)
-            return [("compute", np.minimum(_col(s, "matmul_fp32_us") * saving, _gpu_room(s)))]
+            return [("compute", _col(s, "matmul_fp32_us") * saving)]
         if f.id == "tensor-core-alignment":
-            return [("compute", np.minimum(np.full(n, _estimate(f, ra.rank)), _gpu_room(s)))]
+            return [("compute", np.full(n, _estimate(f, ra.rank)))]
         if f.id == LAST:
             return [(p, np.full(n, np.inf)) for p in ("data", "sync", "launch")]
     elif f.id == "dataloader-stall":
@@ -211,6 +213,12 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
                 if want is None:
                     continue
                 take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
+                if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
+                    take = np.minimum(take, pools["room"])
+                if pool in ("compute", "data", "sync") and "room" in pools:
+                    # The room is the step beyond the CPU's own work; waits for data or for the GPU are outside
+                    # that work, so what fixing them removes is no longer there for a faster GPU to remove.
+                    pools["room"] = np.clip(pools["room"] - take, 0.0, None)
                 pools[pool] = pools[pool] - take
                 got += take
                 if pool in IDLE_POOLS and ra.basis == "gpu" and f.id != LAST:
