@@ -192,6 +192,33 @@ def _order_key(f: Finding) -> int:
     return ORDER.index(f.id) if f.id in ORDER else len(ORDER)
 
 
+def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float]:
+    """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, and the mean of it
+    that was GPU idle time."""
+    got = np.zeros(len(s))
+    idle = 0.0
+    spill = None
+    for pool, want in _demands(f, ra, s, config):
+        if pool not in pools:
+            continue
+        want = spill if want is None else want(got) if callable(want) else want
+        if want is None:
+            continue
+        take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
+        if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
+            take = np.minimum(take, pools["room"])
+        if pool in ("compute", "data", "sync") and "room" in pools:
+            # The room is the step beyond the CPU's own work; waits for data or for the GPU are outside that
+            # work, so what fixing them removes is no longer there for a faster GPU to remove.
+            pools["room"] = np.clip(pools["room"] - take, 0.0, None)
+        pools[pool] = pools[pool] - take
+        got += take
+        if pool in IDLE_POOLS:
+            idle += float(take.mean())
+        spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+    return got, idle
+
+
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
     ranks = {ra.rank: ra for ra in report.ranks}
@@ -203,28 +230,10 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):
                 continue
-            ra, s, pools = ranks[r], steps[r], left[r]
-            got = np.zeros(len(s))
-            spill = None
-            for pool, want in _demands(f, ra, s, config):
-                if pool not in pools:
-                    continue
-                want = spill if want is None else want(got) if callable(want) else want
-                if want is None:
-                    continue
-                take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
-                if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
-                    take = np.minimum(take, pools["room"])
-                if pool in ("compute", "data", "sync") and "room" in pools:
-                    # The room is the step beyond the CPU's own work; waits for data or for the GPU are outside
-                    # that work, so what fixing them removes is no longer there for a faster GPU to remove.
-                    pools["room"] = np.clip(pools["room"] - take, 0.0, None)
-                pools[pool] = pools[pool] - take
-                got += take
-                if pool in IDLE_POOLS and ra.basis == "gpu" and f.id != LAST:
-                    from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + float(take.mean())
-                spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+            got, idle = _take(f, ranks[r], steps[r], left[r], config)
             claims[r][f.id] = claims[r].get(f.id, 0.0) + got
+            if idle and ranks[r].basis == "gpu" and f.id != LAST:
+                from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + idle
     acc = {"ranks": {}, "verdict": None}
     for r, s in steps.items():
         wall = _col(s, "wall_us")
