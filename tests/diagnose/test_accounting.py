@@ -214,3 +214,16 @@ def test_contract_fields():
     for f in d["findings"]:
         assert {"time_at_stake_us", "share_of_step", "severity_reason", "thin_evidence", "estimate_us",
                 "claim_rank"} <= set(f)
+
+
+@pytest.mark.parametrize("run", ["cpu_baseline_run", "cpu_slow_loader_run"])
+def test_claims_add_up_on_cpu_gloo_captures(run, request):
+    """CPU-only DDP (gloo, 2 ranks): the training thread's split is the pool; the claims still fit the step."""
+    d = analyze_path(request.getfixturevalue(run), Config(use_cache=False, workers=1)).to_dict()
+    assert all(r["basis"] == "cpu" for r in d["ranks"])
+    _check_adds_up(d)
+    if run == "cpu_slow_loader_run":
+        f = next(f for f in d["findings"] if f["id"] == "dataloader-stall")
+        r = next(r for r in d["ranks"] if r["rank"] == f["claim_rank"])
+        wait = sum(s["breakdown_us"]["dataloader"] for s in r["steps"]) / len(r["steps"])
+        assert f["time_at_stake_us"] == pytest.approx(wait, rel=1e-6)

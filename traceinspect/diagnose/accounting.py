@@ -92,7 +92,7 @@ def _pools(ra, s: pd.DataFrame) -> dict[str, np.ndarray]:
         return {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
                 "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
                 "compute": _col(s, "bd_compute"), "room": _gpu_room(s)}
-    return {k: _col(s, f"cpu_{k}") for k in CPU_POOLS}
+    return {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
 
 
 def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
