@@ -201,7 +201,8 @@ def render(d: dict, console: Console) -> None:
             share = f.get("share_of_step")
             console.print(
                 f"  ranks {ranges_text(f['ranks'])} · steps {ranges_text(f['steps'])}"
-                + (f" · at stake ~{at / 1000:.2f} ms/step" if at else "")
+                + ((f" · at stake ~{at / 1000:.2f} ms/step" if at >= 10 else f" · at stake ~{at:.1f} us/step")
+                   if at else "")
                 + (f" ({100 * share:.0f} % of the step)" if at and share is not None else "")
             )
             if f.get("severity_reason"):
