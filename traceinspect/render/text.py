@@ -64,7 +64,18 @@ def pct(part, whole) -> str:
 
 
 def verdict(d: dict) -> str:
-    """One line: the slowest rank's mean step and where it went, plus the worst findings."""
+    """One line: the slowest rank's step, the step if every finding were fixed, the largest claims first."""
+    v = d.get("verdict")
+    if v and v.get("text"):
+        line = f"rank {v['rank']}: {v['text']}"
+        counts = [(sev, sum(1 for f in d["findings"] if f["severity"] == sev)) for sev in ("critical", "warning")]
+        counts = [f"{n} {sev}" + ("s" if sev == "warning" and n > 1 else "") for sev, n in counts if n]
+        return line + (f" · {', '.join(counts)}" if counts else " · no warning or critical finding")
+    return _breakdown_verdict(d)
+
+
+def _breakdown_verdict(d: dict) -> str:
+    """A report without the accounting (saved by an older version): the slowest rank's split of the step."""
     ranks = [r for r in d["ranks"] if r["summary"].get("steps")]
     if not ranks:
         return "no steps found"
@@ -210,10 +221,18 @@ def render(d: dict, console: Console) -> None:
             head.append(f["title"])
             console.print(head)
             at = f.get("time_at_stake_us")
+            share = f.get("share_of_step")
             console.print(
                 f"  ranks {ranges_text(f['ranks'])} · steps {ranges_text(f['steps'])}"
-                + (f" · at stake ~{at / 1000:.2f} ms/step" if at else "")
+                + ((f" · at stake ~{at / 1000:.2f} ms/step" if at >= 10 else f" · at stake ~{at:.1f} us/step")
+                   if at else "")
+                + (f" ({100 * share:.0f} % of the step)" if at and share is not None else "")
             )
+            if f.get("severity_reason"):
+                console.print(Text(f"  {f['severity']}: {f['severity_reason']}", style="dim"))
+            if f.get("explained_by"):
+                why = ", ".join(f"{e['id']} {e['us'] / 1000:.2f} ms" for e in f["explained_by"])
+                console.print(Text(f"  idle explained by: {why} (claimed there, not here)", style="dim"))
             for line in _evidence_lines(f.get("evidence") or {}):
                 console.print(Text("  " + line, style="dim"))
             console.print("  fix:")

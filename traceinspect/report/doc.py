@@ -28,6 +28,13 @@ Num = float | int | None  # a JSON number (an integer count may be written witho
 _TYPES = {"int": int | None, "float": Num, "bool": bool | None}
 
 
+class ClaimDoc(Struct, omit_defaults=True, kw_only=True):
+    """Time per step a finding claims (``id``: the finding id), in us."""
+
+    id: str
+    us: Num
+
+
 def _step_doc() -> type:
     """StepDoc: the head fields, then one optional field per registered step column (see ``report/columns.py``)."""
     head = [
@@ -43,7 +50,8 @@ def _step_doc() -> type:
                 for c in STEP_COLUMNS]
     extra = [
         ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
-        ("backlog_us", Num | UnsetType, UNSET),  # until its column is registered (then the registry's entry wins)
+        # time of this step each finding claims (docs/findings.md); the rank's claims are their means
+        ("claims", list[ClaimDoc] | UnsetType, UNSET),
     ]
     optional += [f for f in extra if f[0] not in {c.name for c in STEP_COLUMNS}]
     return msgspec.defstruct("StepDoc", head + optional, omit_defaults=True, kw_only=True)
@@ -72,13 +80,6 @@ class UtilizationDoc(Struct, kw_only=True):
 
     summary: dict[str, Any] | None
     windows: list[dict[str, Any]]
-
-
-class ClaimDoc(Struct, omit_defaults=True, kw_only=True):
-    """Time per step a finding claims (``id``: the finding id), in us."""
-
-    id: str
-    us: Num
 
 
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
@@ -119,6 +120,9 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     severity_reason: str | None | UnsetType = UNSET
     thin_evidence: Any | UnsetType = UNSET
     owned_by: Any | UnsetType = UNSET
+    estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
+    claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
+    explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
 
 
 class SkippedDoc(Struct):
