@@ -63,6 +63,9 @@ def test_rocm_hip_steps():
               and two["ts"] <= e["ts"] < two["ts"] + two["dur"]]
     assert inside == [] and two["dur"] < 0.1 * ann["ProfilerStep#1"]["dur"]
     assert [s["step"] for s in d["ranks"][0]["steps"]] == [1]
+    # ... and the report still says it saw step 2, with its annotation's duration (microsecond times near 4e12
+    # keep about 1 ns of resolution in a double).
+    assert d["ranks"][0]["partial_steps"] == [{"step": 2, "window": 0, "cpu_us": pytest.approx(two["dur"], abs=1e-3)}]
     assert d["ranks"][0]["device"] == "AMD Radeon Graphics"
 
 

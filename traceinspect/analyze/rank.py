@@ -54,6 +54,9 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
         "sync_calls": sync_calls(rank, steps),
         "timeline": step_timeline(rank, steps),  # one (the median) step's GPU intervals, for the timeline plot
     }
+    if steps.partial is not None:  # cut at a window's end: listed in the report, not counted as steps
+        tables["partial_steps"] = steps.partial.assign(cpu_us=steps.partial["cpu_end"] - steps.partial["cpu_start"])[
+            ["step", "window", "cpu_us"]]
     ra = RankAnalysis(
         rank=rank.rank,
         world_size=rank.world_size,

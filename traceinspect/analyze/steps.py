@@ -38,6 +38,8 @@ class Steps:
     gpu_step: np.ndarray  # for each GPU event (rank.events rows with kind >= KERNEL): its step index or -1
     gpu_index: np.ndarray  # row positions of those GPU events in rank.events
     backlog_step: np.ndarray | None = None  # for each GPU event: the step it runs in when it is backlog, else -1
+    # Steps the profiler cut at a window's end (step, window, cpu_start, cpu_end): seen, not counted.
+    partial: pd.DataFrame | None = None
 
 
 def gpu_rows(ev: pd.DataFrame) -> np.ndarray:
@@ -53,6 +55,7 @@ def find_steps(rank: RankTrace) -> Steps:
     step_codes = {i: int(m.group(1)) for i, c in enumerate(cats) if isinstance(c, str) and (m := _STEP_RE.match(c))}
     codes = names.cat.codes.to_numpy()
     rows = np.flatnonzero(is_ann & np.isin(codes, list(step_codes))) if step_codes else np.empty(0, int)
+    partial = None
     if len(rows):
         t = pd.DataFrame(
             {
@@ -68,7 +71,7 @@ def find_steps(rank: RankTrace) -> Steps:
         t = t.sort_values(["step", "cpu_start"]).groupby("step", as_index=False).agg(
             window=("window", "first"), cpu_start=("cpu_start", "min"), cpu_end=("cpu_end", "max"),
             synthetic=("synthetic", "first"))
-        t = _drop_edge_stubs(t)
+        t, partial = _drop_edge_stubs(t)
     else:
         # No ProfilerStep: each window is one step spanning its events.
         g = ev.assign(end=ev["ts"] + ev["dur"]).groupby("window")
@@ -108,15 +111,16 @@ def find_steps(rank: RankTrace) -> Steps:
         backlog = _backlog(ev, gidx, ok, launch_ts, gpu_step, t)
         backlog_step[backlog] = gpu_step[backlog]
         gpu_step[backlog] = -1
-    return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx, backlog_step=backlog_step)
+    return Steps(table=t, main_tid=main_tid, gpu_step=gpu_step, gpu_index=gidx, backlog_step=backlog_step,
+                 partial=partial)
 
 
 # A window's last step shorter than this share of the rank's shortest other step is a stub, not a step (see below).
 STUB_SHARE = 0.1
 
 
-def _drop_edge_stubs(t: pd.DataFrame) -> pd.DataFrame:
-    """Drop the partial step the profiler cuts at a window's end.
+def _drop_edge_stubs(t: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Drop the partial step the profiler cuts at a window's end: (the steps, the dropped stubs or None).
 
     When the loop ends (or the profiler stops) right after ``prof.step()`` opened step N, the trace holds a
     ``ProfilerStep#N`` with only the start of that step (typically the DataLoader fetch that ended the loop): a
@@ -124,12 +128,14 @@ def _drop_edge_stubs(t: pd.DataFrame) -> pd.DataFrame:
     of nothing but data loading.
     """
     if len(t) < 2:
-        return t
+        return t, None
     dur = t["cpu_end"] - t["cpu_start"]
     last = t.groupby("window")["cpu_start"].transform("max") == t["cpu_start"]
     ref = dur[~last] if (~last).any() else dur[dur >= STUB_SHARE * dur.max()]
     stub = last & (dur < STUB_SHARE * float(ref.min()))
-    return t[~stub].reset_index(drop=True) if stub.any() and not stub.all() else t
+    if not stub.any() or stub.all():
+        return t, None
+    return t[~stub].reset_index(drop=True), t[stub].reset_index(drop=True)
 
 
 def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,

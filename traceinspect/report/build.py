@@ -107,6 +107,7 @@ def rank_dict(ra, acc: dict | None = None) -> dict:
     util = ra.tables.get("utilization")
     util_summary = ra.tables.get("utilization_summary")
     matmul = ra.tables.get("matmul_kernels")
+    partial = ra.tables.get("partial_steps")
     return {
         "rank": ra.rank,
         "world_size": ra.world_size,
@@ -128,6 +129,8 @@ def rank_dict(ra, acc: dict | None = None) -> dict:
         "step_us": clean(acc.get("step_us")),
         "projected_step_us": clean(acc.get("projected_step_us")),
         "claims": clean(acc.get("claims", [])),
+        # ProfilerSteps the recording cut short at a window's end: seen, not counted (docs/metrics.md)
+        "partial_steps": [clean(x) for x in partial.to_dict("records")] if partial is not None else [],
         "steps": steps,
     }
 

@@ -82,6 +82,14 @@ class UtilizationDoc(Struct, kw_only=True):
     windows: list[dict[str, Any]]
 
 
+class PartialStepDoc(Struct, kw_only=True):
+    """A ProfilerStep the recording cut short at a window's end: seen in the trace, not counted as a step."""
+
+    step: int
+    window: int
+    cpu_us: Num  # duration of its ProfilerStep annotation
+
+
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
     rank: int
     world_size: int | None
@@ -96,6 +104,7 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     matmul_kernels: list[dict[str, Any]]
     errors: list[str]
     steps: list[StepDoc]  # type: ignore[valid-type]
+    partial_steps: list[PartialStepDoc] | UnsetType = UNSET
     # Optional: per-rank step time and what the findings claim of it.
     step_us: Num | UnsetType = UNSET
     projected_step_us: Num | UnsetType = UNSET
