@@ -24,22 +24,40 @@ def cli() -> None:
 
 
 def _progress_factory(paths_total: int, enabled: bool):
-    """A rich progress bar on stderr for loads that take more than a moment (files done, MB/s)."""
+    """Progress of loads that take more than a moment: on a terminal a rich bar on stderr (bytes of the known
+    total, MB/s, then the stage label "analyzing" once every byte is read); elsewhere (CI, pipes) one plain line
+    per stage on stderr. Returns (start, update, stop) or Nones for small loads and --quiet."""
     if not enabled or paths_total < (64 << 20):
-        return None, None
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-    from rich.console import Console
+        return None, None, None
+    import time
 
-    prog = Progress(
-        TextColumn("decoding"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
-    )
-    task = prog.add_task("decode", total=None)
+    from ..render import format as fmt
+
+    state = {"done": 0, "t0": time.monotonic(), "stage": "reading"}
+    if not sys.stderr.isatty():
+        def say(line: str) -> None:
+            click.echo(f"traceinspect: {line}", err=True)
+
+        def update(_path: str, nbytes: int, _total: int) -> None:
+            state["done"] += nbytes
+            if state["stage"] == "reading" and state["done"] >= paths_total:
+                state["stage"] = "analyzing"
+                say(f"read {fmt.mb(paths_total)} in {time.monotonic() - state['t0']:.1f} s; analyzing")
+
+        return (lambda: say(f"reading {fmt.mb(paths_total)} of traces"), update,
+                lambda: say(f"done in {time.monotonic() - state['t0']:.1f} s"))
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    prog = Progress(TextColumn("{task.description:<9}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = prog.add_task("reading", total=paths_total)
 
     def update(_path: str, nbytes: int, _total: int) -> None:
-        prog.update(task, advance=nbytes)
+        state["done"] += nbytes
+        prog.update(task, advance=nbytes, description="reading" if state["done"] < paths_total else "analyzing")
 
-    return prog, update
+    return prog.start, update, prog.stop
 
 
 @cli.command()
@@ -55,11 +73,13 @@ def _progress_factory(paths_total: int, enabled: bool):
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://...) for --executor dask.")
-@click.option("--tensorboard", is_flag=True, help="Write per-step scalars and findings into the TensorBoard run.")
+@click.option("--tensorboard", "tb_dir", is_flag=False, flag_value="", default=None, metavar="[DIR]",
+              help="Write per-step scalars and findings as TensorBoard runs under DIR/traceinspect (default DIR: the "
+                   "trace folder).")
 @click.option("--width", type=int, default=None, help="Terminal width for the text report.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, workers, executor, scheduler,
-           tensorboard, width, quiet) -> None:
+           tb_dir, width, quiet) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
     from ..config import Config
     from ..render.text import render_text
@@ -77,21 +97,21 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     # before the analysis reads the files.
     anchor = Path(path) if Path(path).is_dir() else Path(path).parent
     key = cache.result_key("report", files, config) if files and config.use_cache else None
-    needs_report_object = bool(out_dir or html_path)
     d = rep = None
-    if key and not needs_report_object and executor == "local":
+    if key and executor == "local":
         d = cache.get_result(anchor / "_", key, config)
+    _check_targets(json_path, md_path, html_path, out_dir=out_dir)
     if d is None:
-        prog, update = _progress_factory(total, sys.stderr.isatty() and not quiet)
-        if prog:
-            prog.start()
+        start, update, stop = _progress_factory(total, not quiet)
+        if start:
+            start()
         from ..run.api import analyze_path
 
         try:
             rep = analyze_path(path, config, progress=update, executor=executor, scheduler=scheduler)
         finally:
-            if prog:
-                prog.stop()
+            if stop:
+                stop()
         d = rep.to_dict()
         if key:
             cache.put_result(anchor / "_", key, d, config)
@@ -114,11 +134,11 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     if html_path:
         from ..render.html import render_html
 
-        _write(html_path, render_html(d, rep))
-    if tensorboard:
+        _write(html_path, render_html(d))
+    if tb_dir is not None:
         from ..render.tensorboard import write_tensorboard
 
-        where = write_tensorboard(d, path)
+        where = write_tensorboard(d, tb_dir or path)
         click.echo(f"traceinspect: TensorBoard summaries written to {where}", err=True)
     if not quiet and json_path != "-":
         w = width or (None if sys.stdout.isatty() else 120)
@@ -137,26 +157,94 @@ def dumps(d: dict) -> str:
     return msgspec.json.format(msgspec.json.encode(d), indent=1).decode()
 
 
+def _check_targets(*files: str | None, out_dir: str | None = None) -> None:
+    """Before any work: every output's folder must exist (a typo is one line, not a silently made folder tree);
+    ``--out DIR`` may be new, but its parent must exist."""
+    wanted = [(p, Path(p).parent) for p in files if p and p != "-"]
+    if out_dir:
+        wanted.append((out_dir, Path(out_dir).resolve().parent))
+    for p, parent in wanted:
+        if not parent.is_dir():
+            raise UsageError(f"{p}: folder {parent} does not exist")
+
+
 def _write(path: str, text: str) -> None:
     p = Path(path)
+    if not p.parent.is_dir():
+        raise UsageError(f"{path}: folder {p.parent} does not exist")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as exc:
         raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
-def _write_out_dir(out_dir: str, d: dict, rep) -> None:
+def _write_out_dir(out_dir: str, d: dict, rep=None) -> None:
     from ..render.markdown import render_markdown
 
     out = Path(out_dir)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out_dir}: cannot make the folder ({exc.strerror or exc})") from None
     _write(str(out / "report.json"), dumps(d))
     _write(str(out / "report.md"), render_markdown(d))
     try:
         from ..render.plots import write_plots
     except ImportError:
         return
-    write_plots(d, rep, out)
+    write_plots(d, None, out)
+
+
+def _load_report(path: str) -> dict:
+    """A saved report.json, checked to be one (one-line errors naming the file)."""
+    import msgspec
+
+    try:
+        d = msgspec.json.decode(Path(path).read_bytes())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except msgspec.DecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(d, dict) or not str(d.get("schema", "")).startswith("traceinspect.report/"):
+        raise UsageError(f"{path}: not a traceinspect report (no 'schema': 'traceinspect.report/1')")
+    if not isinstance(d.get("ranks"), list):
+        raise UsageError(f"{path}: broken traceinspect report ('ranks' must be a list)")
+    for k in ("findings", "skipped"):
+        d.setdefault(k, [])
+    return d
+
+
+@cli.command()
+@click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
+@click.option("--html", "html_path", metavar="PATH", help="Write the self-contained HTML report to PATH.")
+@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH.")
+@click.option("--out", "out_dir", metavar="DIR", help="Write report.md and the plots into DIR.")
+@click.option("--width", type=int, default=None, help="Terminal width for the text report.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
+    """Render a saved report.json again (text, Markdown, HTML, plots) without the traces."""
+    from ..render.text import render_text
+
+    d = _load_report(report_json)
+    _check_targets(md_path, html_path, out_dir=out_dir)
+    if md_path:
+        from ..render.markdown import render_markdown
+
+        _write(md_path, render_markdown(d))
+    if out_dir:
+        from ..render.markdown import render_markdown
+        from ..render.plots import write_plots
+
+        Path(out_dir).mkdir(exist_ok=True)
+        _write(str(Path(out_dir) / "report.md"), render_markdown(d))
+        write_plots(d, None, out_dir)
+    if html_path:
+        from ..render.html import render_html
+
+        _write(html_path, render_html(d))
+    if not quiet:
+        w = width or (None if sys.stdout.isatty() else 120)
+        click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)
 
 
 @cli.command()
