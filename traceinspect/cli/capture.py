@@ -32,6 +32,9 @@ __all__ = ["capture", "demo", "run_capture", "render_knobs",
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine.
 CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 8}
+#: Recorded steps per capture in the CPU demo: CPU steps vary more than GPU steps (two ranks and their loader
+#: workers share a few cores), and the diff's noise rule needs a few steps on each side to call a change.
+CPU_DEMO_ACTIVE = 6
 
 TORCH_MISSING = "torch is needed to capture: pip install 'traceinspect[capture]'"
 
@@ -295,7 +298,7 @@ def demo(out, nproc, model, overrides, report, verbose):
         t0 = time.monotonic()
         try:
             run_capture(folder, preset=preset, nproc=nproc, overrides=knobs, model=model,
-                        overwrite=True, verbose=verbose,
+                        overwrite=True, verbose=verbose, active=3 if cuda else CPU_DEMO_ACTIVE,
                         on_start=lambda what: click.echo(f"traceinspect: capturing {what} ...", err=True))
         except CaptureFailed as e:
             raise CliError(str(e)) from None
@@ -309,13 +312,15 @@ def demo(out, nproc, model, overrides, report, verbose):
     except ImportError as e:
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
-    from .diff import render_diff_text
+    from ..render.diff_text import render_diff_text
     from ..report.diff import diff_reports
 
     reports = {name: analyze_path(str(folder)).to_dict() for name, folder in folders.items()}
     knob_diff = _knob_diff(_workload_settings(folders["baseline"]), _workload_settings(folders["optimized"]))
-    render_knobs(knob_diff)
     width = shutil.get_terminal_size((120, 40)).columns
+    from rich.console import Console
+
+    render_knobs(knob_diff, console=Console(width=max(width, 100)), cuda=cuda)
     click.echo(render_diff_text(diff_reports(reports["baseline"], reports["optimized"]), width=max(width, 100)),
                nl=False)
     click.echo(f"details: traceinspect report {folders['baseline']}   |   "
@@ -358,21 +363,27 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def render_knobs(knob_diff: list[tuple[str, Any, Any]], console: Any = None) -> None:
-    """The knobs the optimized preset changes, as a rich table (the numbers follow from ``traceinspect diff``)."""
+def render_knobs(knob_diff: list[tuple[str, Any, Any]], console: Any = None, cuda: bool | None = None) -> None:
+    """The knobs the optimized preset changes, where each applies and what it buys, as a rich table (the numbers
+    follow from ``traceinspect diff``). ``cuda=False`` adds the GPU-only fixes this CPU run leaves off."""
     from rich.console import Console
     from rich.table import Table
+
+    from ..capture import workload
 
     console = console or Console()
     if not knob_diff:
         return
     t = Table(title="What the optimized preset changes", title_justify="left")
-    t.add_column("knob")
-    t.add_column("baseline")
-    t.add_column("optimized")
+    for col in ("knob", "baseline", "optimized", "applies on", "why"):
+        t.add_column(col)
     for name, before, after in knob_diff:
-        t.add_row(name, str(before), str(after))
+        t.add_row(name, str(before), str(after), workload.applies_on(name), workload.WHY.get(name, ""))
     console.print(t)
+    if cuda is False:
+        off = ", ".join(workload.GPU_ONLY)
+        console.print(f"GPU-only fixes, left as in the baseline on this CPU run: {off} "
+                      "(the optimized preset turns them on where CUDA is).")
 
 
 @click.group()

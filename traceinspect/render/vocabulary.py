@@ -62,9 +62,9 @@ TIMELINE = (
 )
 
 LABELS: dict[str, str] = {
+    **dict(TIMELINE),
     **{k: lab for k, _, lab in GPU_BREAKDOWN},
     **{k: lab for k, _, lab in CPU_BREAKDOWN},
-    **dict(TIMELINE),
     "wall": "step (wall)",
     "dataloader_wait": "CPU: dataloader wait",
     "sync_wait": "CPU: blocked in sync",
