@@ -266,7 +266,9 @@ def explain(rule_id) -> None:
     if mod is None:
         known = ", ".join(m.ID for m in all_rules())
         raise UsageError(f"unknown rule '{rule_id}' (known: {known})")
-    click.echo(doc_of(mod))
+    from ..render.text import rst_text
+
+    click.echo(rst_text(doc_of(mod)))
 
 
 def _register_optional() -> None:

@@ -7,6 +7,7 @@ files. Renderers format; they do not compute: every number comes from the report
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 from rich.table import Table
@@ -117,3 +118,24 @@ def render_text(d: dict, width: int = 120, color: bool = False) -> str:
                       highlight=False, soft_wrap=False)
     render(d, console)
     return buf.getvalue()
+
+
+_RST = [
+    (re.compile(r"\*\*([^*]+)\*\*::"), r"\1:"),  # "**Fix**::" opens a literal block
+    (re.compile(r"::$", re.M), ":"),
+    (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
+    (re.compile(r"``([^`]+)``"), r"\1"),
+    (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"\1"),
+    (re.compile(r":[a-z]+:`([^`]+)`"), r"\1"),
+]
+
+
+def rst_text(doc: str) -> str:
+    """A rule's reST docstring as plain text for the terminal: no ``**``, double backquotes or ``::`` markers."""
+    out = []
+    for line in doc.splitlines():
+        if not line.startswith("    "):  # code in literal blocks stays as written
+            for pattern, repl in _RST:
+                line = pattern.sub(repl, line)
+        out.append(line)
+    return "\n".join(out)
