@@ -2,7 +2,7 @@
 
 The picture is what the breakdown adds up to. The step is cut into ``COLUMNS`` equal columns; in each lane and
 column every category is drawn as a bar whose height is the share of the column's time it covers, stacked in the
-breakdown's priority order. So the area of a colour in a lane is exactly that category's time: an event shorter
+breakdown's priority order (each lane is an image sampled to the nearest pixel, so colours stay pure). So the area of a colour in a lane is exactly that category's time: an event shorter
 than a column is a short column, never a widened bar, and no outline adds ink. The top lane is the whole GPU as
 the breakdown counts it (each instant goes to the highest-priority category running, the rest is idle, grey); the
 lanes below are the streams, each category's events merged.
@@ -18,6 +18,7 @@ from . import format as fmt
 from .vocabulary import PALETTE, TIMELINE, TIMELINE_KEYS, color
 
 COLUMNS = 1000  # columns across the step (about one per pixel of the plot at 120 dpi)
+ROWS = 100  # rows per lane: a category's share of a column is drawn to 1 %
 MAX_LANES = 24  # stream lanes drawn (the busiest; the title says when some are left out)
 LANE_HEIGHT = 0.7  # of the 1.0 between lane centres
 
@@ -54,32 +55,42 @@ def lanes(tl: dict) -> tuple[list[tuple[str, dict, bool]], int]:
     return out, len(streams) - len(kept)
 
 
+def _rgba(hexcolor: str) -> tuple[int, int, int, int]:
+    return tuple(int(hexcolor[i:i + 2], 16) for i in (1, 3, 5)) + (255,)
+
+
+def lane_image(fracs: list[tuple[str, np.ndarray]], fill: str | None) -> np.ndarray:
+    """An RGBA image of one lane, ``ROWS`` x ``COLUMNS``: in each column, each category's share of the column as
+    that many rows from the bottom (stacked in the given order; cumulative rounding keeps the total exact to
+    one row), the rest ``fill`` (or transparent)."""
+    colours = np.array([_rgba(color(c)) for c, _ in fracs] + [_rgba(fill) if fill else (0, 0, 0, 0)], np.uint8)
+    if fracs:
+        cum = np.cumsum(np.stack([np.clip(f, 0, 1) for _, f in fracs]), axis=0)
+        bounds = np.rint(np.minimum(cum, 1.0) * ROWS)  # (categories, columns): the row each category ends at
+    else:
+        bounds = np.zeros((0, COLUMNS))
+    rows = np.arange(ROWS)[:, None, None] + 0.5
+    which = (rows >= bounds[None, :, :]).sum(axis=1)  # (rows, columns): index of the category at that row
+    return colours[which]
+
+
 def draw(ax, tl: dict) -> dict:
-    """Draw the lanes into ``ax``; returns what the caption needs (lanes, short events, column width)."""
+    """Draw the lanes into ``ax`` as images sampled to the nearest pixel (no anti-aliasing blends a colour away, no
+    outline widens an event); returns what the caption needs (lanes, short events, column width)."""
     wall = float(tl["wall_us"])
     edges = np.linspace(0.0, wall, COLUMNS + 1)
     col_us = wall / COLUMNS
     rows, left_out = lanes(tl)
-    x = edges / 1000.0
     short = total = 0
-    for i, (_name, cats, is_bd) in enumerate(rows):
+    for i, (name, cats, is_bd) in enumerate(rows):
         y = len(rows) - 1 - i
-        base = np.full(COLUMNS, y - LANE_HEIGHT / 2)
-        for cat in TIMELINE_KEYS:
-            spans = cats.get(cat)
-            if not spans:
-                continue
-            h = coverage(spans, edges) / col_us * LANE_HEIGHT
-            ax.stairs(base + h, x, baseline=base, fill=True, color=color(cat), linewidth=0, antialiased=False,
-                      gid=f"lane:{i}:{cat}")
-            base = base + h
-            if not is_bd:
-                total += len(spans)
-                short += sum(1 for sp in spans if sp[1] < col_us)
-        if is_bd:  # the rest of the breakdown lane is idle GPU
-            top = np.full(COLUMNS, y + LANE_HEIGHT / 2)
-            ax.stairs(top, x, baseline=base, fill=True, color=color("idle"), linewidth=0, antialiased=False,
-                      gid=f"lane:{i}:idle")
+        fracs = [(cat, coverage(cats[cat], edges) / col_us) for cat in TIMELINE_KEYS if cats.get(cat)]
+        ax.imshow(lane_image(fracs, color("idle") if is_bd else None), origin="lower", interpolation="nearest",
+                  aspect="auto", extent=(0.0, wall / 1000.0, y - LANE_HEIGHT / 2, y + LANE_HEIGHT / 2),
+                  gid=f"lane:{i}", zorder=2)
+        if not is_bd:
+            total += sum(len(cats[c]) for c, _ in fracs)
+            short += sum(1 for c, _ in fracs for sp in cats[c] if sp[1] < col_us)
     pg = tl.get("pageable") or []
     if pg:  # pageable copies: a mark above their stream's lanes (a mark, not a width)
         ax.plot([s[0] / 1000.0 for s in pg], [len(rows) - 1 + LANE_HEIGHT / 2 + 0.12] * len(pg), linestyle="none",
