@@ -107,6 +107,28 @@ class Config:
     # Share of kernels named align1/2/4 (narrow vector loads) that makes it a warning.
     tc_alignment_narrow_share: float = 0.10
 
+    # --- severity, from the time a finding claims (docs/findings.md) -------------------------------------------
+    # One scale for every rule, applied after the accounting has given each finding its disjoint claim.
+    # Critical: a quarter of the step, and at least 1 ms: fixing it alone makes the job visibly faster (a 4/3
+    # speed-up or more), and a sub-millisecond wait never is (a 26 us sync on a 100 us step is noise, not an
+    # emergency).
+    severity_critical_share: float = 0.25
+    severity_critical_min_us: float = 1000.0
+    # Warning: 5 % of the step and 100 us: the smallest saving worth a code change on a job that runs for days.
+    severity_warning_share: float = 0.05
+    severity_warning_min_us: float = 100.0
+    # A claim smaller than this many standard errors of the rank's mean step cannot be told from the
+    # step-to-step noise (a fix could not be confirmed by measuring the step): at most info.
+    severity_noise_se: float = 2.0
+    # Thin evidence caps a finding at warning: fewer steps than this, or (cross-rank rules) fewer matched
+    # collectives than this. With 3 steps one outlier is a third of the sample.
+    thin_evidence_min_steps: int = 4
+    thin_evidence_min_collectives: int = 10
+    # pageable-memcpy: the pinned bandwidth a pageable copy is compared with when the trace has no pinned copy of
+    # its own to measure. 25 GB/s: a pinned copy over PCIe Gen4 x16 in practice (Gen5 parts reach ~50), so the
+    # saving is not overstated.
+    pinned_h2d_gbps_assumed: float = 25.0
+
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches
     # `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.

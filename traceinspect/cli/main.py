@@ -66,7 +66,8 @@ def _progress_factory(paths_total: int, enabled: bool):
 @click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH.")
 @click.option("--html", "html_path", metavar="PATH", help="Write a self-contained HTML report to PATH.")
 @click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
-@click.option("--fail-on", type=click.Choice(["warning", "critical"]), help="Exit 1 when a finding reaches this severity.")
+@click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
+              help="Exit 1 when a finding reaches this severity (docs/findings.md); the findings that did are printed.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
 @click.option("--no-cache", is_flag=True, help="Decode the JSON even when parsed columns are cached.")
 @click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
@@ -144,10 +145,22 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         w = width or (None if sys.stdout.isatty() else 120)
         click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)
     if fail_on:
-        from ..diagnose.finding import severity_rank
+        _fail_on(d, fail_on)
 
-        if any(severity_rank(f["severity"]) >= severity_rank(fail_on) for f in d["findings"]):
-            raise SystemExit(EXIT_FINDING)
+
+def _fail_on(d: dict, level: str) -> None:
+    """Exit 1 when a finding reaches ``level``, naming each finding that did (on stderr: stdout may be JSON)."""
+    from ..diagnose.finding import severity_rank
+
+    tripped = [f for f in d["findings"] if severity_rank(f["severity"]) >= severity_rank(level)]
+    if not tripped:
+        return
+    click.echo(f"traceinspect: --fail-on {level}: {len(tripped)} finding(s) at or above {level}:", err=True)
+    for f in tripped:
+        at = f.get("time_at_stake_us")
+        stake = f", {at / 1000:.2f} ms/step at stake" if at else ""
+        click.echo(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}", err=True)
+    raise SystemExit(EXIT_FINDING)
 
 
 def dumps(d: dict) -> str:

@@ -27,6 +27,8 @@ class Report:
     config: Config = DEFAULT
     missing_ranks: list[int] = field(default_factory=list)  # ranks the world size promises but no file provided
     errors: list[str] = field(default_factory=list)  # analyses or rules that failed; the rest of the report stands
+    # Per-rank claims, projection and verdict (diagnose/accounting.py); empty when the accounting failed.
+    accounting: dict = field(default_factory=dict)
 
     # Python API conveniences -------------------------------------------------------------------------------
     @property
@@ -75,8 +77,14 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
             findings.extend(rule.check(report, config))
         except Exception as exc:  # a broken rule must not take the report down with it
             report.errors.append(f"rule {rule.ID} failed: {type(exc).__name__}: {exc}")
+    try:
+        from .accounting import account
+
+        findings, report.accounting = account(report, findings, config)
+    except Exception as exc:  # the findings stand with the rules' own estimates
+        report.errors.append(f"accounting failed: {type(exc).__name__}: {exc}")
     order = {m.ID: i for i, m in enumerate(all_rules())}
-    findings.sort(key=lambda f: (-severity_rank(f.severity), order.get(f.id, 99)))
+    findings.sort(key=lambda f: (-severity_rank(f.severity), -(f.time_at_stake_us or 0.0), order.get(f.id, 99)))
     report.findings = findings
     return report
 

@@ -102,7 +102,7 @@ def _evidence(f: dict) -> str:
 
 def _finding(f: dict) -> str:
     sev = f.get("severity", "info")
-    meta = [esc(sections.finding_meta(f))]
+    meta = [esc(sections.finding_meta(f))] + [f"<em>{esc(n)}</em>" for n in sections.finding_notes(f)]
     if f.get("docs"):
         meta.append(f"details: <code>{esc(f['docs'])}</code>")
     return (

@@ -32,6 +32,8 @@ def waterfall_lines(d: dict) -> list[str]:
 
 def finding_lines(f: dict) -> list[str]:
     out = [f"### `{f['id']}` ({f['severity']}): {f['title']}", "", sections.finding_meta(f).capitalize() + ".", ""]
+    notes = sections.finding_notes(f)
+    out += [f"*{n}*" for n in notes] + ([""] if notes else [])
     cols, rows, left, rest = sections.evidence_rows(f)
     if cols:
         out += table(["evidence"] + cols, [[k] + vals for k, vals in rows])

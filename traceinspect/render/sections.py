@@ -16,7 +16,19 @@ _FILL_WORDS = {"copy": "copies (no kernel running)", "dataloader": "waiting for 
 
 
 def verdict(d: dict) -> str:
-    """One line: the slowest rank's mean step and where it went, plus the worst findings."""
+    """One line: the slowest rank's step, the step if every finding were fixed, the largest claims first (the
+    document's ``verdict``); a report without it (an older version's) gets the slowest rank's split of the step."""
+    v = d.get("verdict")
+    if v and v.get("text"):
+        counts = [(sev, sum(1 for f in d.get("findings") or [] if f["severity"] == sev)) for sev in ("critical", "warning")]
+        counts = [f"{n} {sev}" for sev, n in counts if n]
+        return f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
+                                                  " · no warning or critical finding")
+    return breakdown_verdict(d)
+
+
+def breakdown_verdict(d: dict) -> str:
+    """The slowest rank's mean step and where it went, plus the worst findings."""
     ranks = [r for r in d.get("ranks") or [] if (r.get("summary") or {}).get("steps")]
     if not ranks:
         return "no steps found"
@@ -117,8 +129,21 @@ def utilization(r: dict) -> str | None:
 
 def finding_meta(f: dict) -> str:
     at = f.get("time_at_stake_us")
+    share = f.get("share_of_step")
     return (f"ranks {fmt.ranges(f.get('ranks'))} · steps {fmt.ranges(f.get('steps'))}"
-            + (f" · at stake about {fmt.ms(at)} per step" if at else ""))
+            + (f" · at stake about {fmt.ms(at)} per step" if at else "")
+            + (f" ({fmt.pct(share, 0)} of the step)" if at and share is not None else ""))
+
+
+def finding_notes(f: dict) -> list[str]:
+    """Why the finding has its severity, and the idle time another finding claims instead."""
+    out = []
+    if f.get("severity_reason"):
+        out.append(f"{f['severity']}: {f['severity_reason']}")
+    if f.get("explained_by"):
+        why = ", ".join(f"{e['id']} {fmt.ms(e['us'])}" for e in f["explained_by"])
+        out.append(f"idle explained by: {why} (claimed there, not here)")
+    return out
 
 
 def evidence_rows(f: dict) -> tuple[list[str], list[tuple[str, list[str]]], int, list[tuple[str, str]]]:

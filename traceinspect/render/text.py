@@ -58,6 +58,8 @@ def _findings(d: dict, console: Console) -> None:
         head.append(f["title"])
         console.print(head)
         console.print("  " + sections.finding_meta(f))
+        for line in sections.finding_notes(f):
+            console.print(Text("  " + line, style="dim"))
         for line in sections.evidence_lines(f, limit=12, width=110, items=2):
             console.print(Text("  " + line, style="dim"))
         console.print("  fix:")

@@ -93,8 +93,12 @@ def rank_summary(steps: list[dict]) -> dict:
     }
 
 
-def rank_dict(ra) -> dict:
+def rank_dict(ra, acc: dict | None = None) -> dict:
     steps = [step_dict(r, ra.basis) for r in ra.steps.to_dict("records")]
+    acc = acc or {}
+    step_claims = acc.get("step_claims") or {}
+    for s in steps:
+        s["claims"] = clean(step_claims.get(s["step"], []))
     colls = ra.tables.get("collectives")
     if colls is not None and len(colls):
         by_step: dict = {}
@@ -122,6 +126,10 @@ def rank_dict(ra) -> dict:
         "matmul_kernels": [clean(x) for x in matmul.sort_values("total_us", ascending=False).head(10).to_dict("records")]
         if matmul is not None and len(matmul) else [],
         "errors": list(ra.errors),
+        # The accounting (docs/findings.md): mean step, the step if every finding were fixed, disjoint claims.
+        "step_us": clean(acc.get("step_us")),
+        "projected_step_us": clean(acc.get("projected_step_us")),
+        "claims": clean(acc.get("claims", [])),
         "steps": steps,
         "timeline": timeline_doc(ra),
     }
@@ -199,7 +207,9 @@ def report_to_dict(report) -> dict:
         "source": report.source,
         "world_size": report.world_size,
         "ranks_analyzed": len(report.ranks),
-        "ranks": [rank_dict(r) for r in report.ranks],
+        "ranks": [rank_dict(r, (getattr(report, "accounting", None) or {}).get("ranks", {}).get(r.rank))
+                  for r in report.ranks],
+        "verdict": clean((getattr(report, "accounting", None) or {}).get("verdict")),
         "findings": [clean(f.to_dict()) for f in report.findings],
         "skipped": [{"file": s.file, "reason": s.reason} for s in report.skipped],
         "missing_ranks": list(report.missing_ranks),

@@ -1,0 +1,101 @@
+"""The paired H200 fixtures measured independently of traceinspect: mean step (ProfilerStep#N on the CPU) and
+noise, from the raw trace JSON with the standard library only. Run as a script for the predicted-vs-measured table.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+PAIRS_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "gpu_pairs"
+
+# problem fixture, clean twin, the finding(s) the knob's problem should produce, family (for run-to-run noise).
+PAIRS = [
+    ("small_pageable", "small_clean", ("pageable-memcpy",), "small"),
+    ("big_pageable", "big_clean", ("pageable-memcpy",), "big"),
+    ("small_item", "small_clean", ("host-sync",), "small"),
+    ("big_item", "big_clean", ("host-sync",), "big"),
+    ("big_fp32", "big_clean", ("no-mixed-precision",), "big"),
+    ("small_no_sync_off", "small_clean", ("sync-every-microstep",), "small"),
+    ("deep_single", "deep_clean", ("optimizer-not-fused",), "deep"),
+    ("deep_unfused", "deep_clean", ("optimizer-not-fused",), "deep"),
+    ("deep_tiny", "deep_clean", ("small-buckets",), "deep"),
+    ("loader_starved", "loader_fed", ("dataloader-stall",), "loader"),
+]
+SECOND_CAPTURE = {"small": ("small_clean", "small_clean_b"), "big": ("big_clean", "big_clean_b")}
+# Families whose knob leaves the forward pass alone (same loader, same pinning, CPU-bound steps): there the mean
+# forward time measures how fast the CPU ran in each capture, and the saving is corrected for it.
+SPEED_CORRECTED = {"deep"}
+
+
+@lru_cache(maxsize=None)
+def events(name: str) -> tuple:
+    files = sorted((PAIRS_DIR / name).glob("*.json.gz"))
+    assert len(files) == 1, files
+    with gzip.open(files[0], "rt") as f:
+        return tuple(e for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+
+
+def step_durations(name: str) -> list[float]:
+    """ProfilerStep#N durations (us) of the CPU annotation (not its GPU copy)."""
+    return [float(e["dur"]) for e in events(name)
+            if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
+
+
+def mean_se(name: str) -> tuple[float, float]:
+    d = step_durations(name)
+    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+
+
+def forward_us(name: str) -> float:
+    """Mean duration of DDP's forward record: work no knob of a speed-corrected family touches."""
+    d = [float(e["dur"]) for e in events(name) if e.get("name") == "DistributedDataParallel.forward"]
+    return statistics.fmean(d)
+
+
+def run_to_run(family: str, twin_mean: float) -> float:
+    """The difference between two captures of the same clean job; families without a second capture take the
+    largest relative difference seen in those that have one, scaled to their twin's mean step."""
+    if family in SECOND_CAPTURE:
+        a, b = SECOND_CAPTURE[family]
+        return abs(mean_se(a)[0] - mean_se(b)[0])
+    rel = max(abs(mean_se(a)[0] - mean_se(b)[0]) / mean_se(a)[0] for a, b in SECOND_CAPTURE.values())
+    return rel * twin_mean
+
+
+def measured(problem: str, twin: str, family: str) -> dict:
+    """The saving of fixing the one knob, its noise and the tolerance a prediction is held to."""
+    (mp, sp), (mc, sc) = mean_se(problem), mean_se(twin)
+    speed = forward_us(twin) / forward_us(problem) if family in SPEED_CORRECTED else 1.0
+    saving = mp * speed - mc
+    noise = 2 * math.hypot(sp * speed, sc) + run_to_run(family, mc)
+    return {"problem_us": mp, "twin_us": mc, "raw_saving_us": mp - mc, "speed": speed, "saving_us": saving,
+            "noise_us": noise, "tolerance_us": max(0.3 * abs(saving), noise)}
+
+
+def table(predicted: dict) -> str:
+    """Markdown table: ``predicted`` maps a problem fixture to (predicted us, severities)."""
+    rows = ["| problem | twin | finding | predicted ms | measured ms (raw) | noise ms | tolerance ms | verdict |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for problem, twin, ids, family in PAIRS:
+        m = measured(problem, twin, family)
+        pred, sev = predicted[problem]
+        raw = f" ({m['raw_saving_us'] / 1000:.1f})" if m["speed"] != 1.0 else ""
+        rows.append(f"| `{problem}` | `{twin}` | `{'/'.join(ids)}` ({sev}) | {pred / 1000:.1f} | "
+                    f"{m['saving_us'] / 1000:.1f}{raw} | {m['noise_us'] / 1000:.1f} | {m['tolerance_us'] / 1000:.1f} | "
+                    f"{judge(pred, m)} |")
+    return "\n".join(rows)
+
+
+def judge(pred: float, m: dict) -> str:
+    """How a prediction stands against the measurement (the rules the test enforces)."""
+    s, noise, tol = m["saving_us"], m["noise_us"], m["tolerance_us"]
+    if abs(s) <= noise:
+        return "noise: " + ("ok" if pred <= tol else "claims noise")
+    if s < -noise:
+        return "problem run faster: " + ("ok" if pred <= tol else "over")
+    return "ok" if abs(pred - s) <= tol else ("over" if pred > s else "under")

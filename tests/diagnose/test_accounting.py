@@ -1,0 +1,133 @@
+"""The accounting: claims add up to at most the step on every real trace, the severity scale, --fail-on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from traceinspect.config import DEFAULT, Config
+from traceinspect.diagnose.accounting import grade
+from traceinspect.run.api import analyze_path
+
+from public_traces import PUBLIC
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FOLDERS = sorted(p for p in (FIXTURES / "gpu").iterdir() if p.is_dir()) + \
+    sorted(p for p in (FIXTURES / "gpu_pairs").iterdir() if p.is_dir())
+PUBLIC_FOLDERS = sorted(p for p in PUBLIC.iterdir() if p.is_dir()) if PUBLIC.exists() else []
+
+
+@lru_cache(maxsize=None)
+def report(folder: Path) -> dict:
+    return analyze_path(folder, Config(use_cache=False, workers=1)).to_dict()
+
+
+def _check_adds_up(d: dict) -> None:
+    for r in d["ranks"]:
+        if r["step_us"] is None:
+            continue
+        total = sum(c["us"] for c in r["claims"])
+        assert total <= r["step_us"] * (1 + 1e-9), (r["rank"], total, r["step_us"])
+        assert r["projected_step_us"] == pytest.approx(r["step_us"] - total, rel=1e-6, abs=1e-3)
+        for s in r["steps"]:
+            assert all(c["us"] > 0 for c in s["claims"])
+            assert sum(c["us"] for c in s["claims"]) <= s["wall_us"] * (1 + 1e-9), (r["rank"], s["step"])
+    # The findings' claims on the rank the verdict describes add up to at most its step.
+    v = d["verdict"]
+    if v:
+        on_ref = sum(f["time_at_stake_us"] or 0 for f in d["findings"] if f.get("claim_rank") == v["rank"])
+        assert on_ref <= v["step_us"] * (1 + 1e-9)
+        assert v["projected_step_us"] <= v["step_us"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_claims_add_up_to_at_most_the_step_on_fixtures(folder):
+    _check_adds_up(report(folder))
+
+
+@pytest.mark.parametrize("folder", PUBLIC_FOLDERS, ids=lambda p: p.name)
+def test_claims_add_up_to_at_most_the_step_on_public_traces(folder):
+    _check_adds_up(report(folder))
+
+
+def test_big_baseline_claims_are_disjoint():
+    """The case that claimed ~146 ms on an 86.7 ms step: pageable copies and host syncs no longer share time, and
+    gpu-idle names the causes that claimed its idle time instead of claiming it again."""
+    d = report(FIXTURES / "gpu" / "big_baseline")
+    r = d["ranks"][0]
+    total = sum(f["time_at_stake_us"] or 0 for f in d["findings"])
+    assert total <= r["step_us"]
+    idle = next(f for f in d["findings"] if f["id"] == "gpu-idle")
+    explained = {e["id"] for e in idle["explained_by"]}
+    assert "dataloader-stall" in explained
+    mean_idle = sum(s["breakdown_us"]["idle"] for s in r["steps"]) / len(r["steps"])
+    assert idle["time_at_stake_us"] + sum(e["us"] for e in idle["explained_by"]) == pytest.approx(mean_idle, rel=1e-6)
+
+
+def test_gpu_bound_host_sync_costs_what_the_gpu_waited():
+    """big_fp32: the CPU blocks ~12 ms per step in syncs while the GPU computes; the GPU idles ~0.1 ms of it."""
+    d = report(FIXTURES / "gpu_pairs" / "big_fp32")
+    f = next(f for f in d["findings"] if f["id"] == "host-sync")
+    steps = d["ranks"][0]["steps"]
+    blocked = sum(s["sync_us"] for s in steps) / len(steps)
+    gpu_waited = sum(s["idle_sync_us"] for s in steps) / len(steps)
+    assert blocked > 10_000 and f["estimate_us"] > 10_000
+    assert f["time_at_stake_us"] == pytest.approx(gpu_waited, rel=1e-6)
+    assert f["severity"] == "info"
+
+
+def test_verdict_leads_with_the_largest_claim():
+    d = report(FIXTURES / "gpu_pairs" / "loader_starved")
+    v = d["verdict"]
+    assert set(v) >= {"rank", "step_us", "projected_step_us", "largest", "text"}
+    biggest = max(d["findings"], key=lambda f: f["time_at_stake_us"] or 0)
+    assert v["largest"]["id"] == biggest["id"] == "dataloader-stall"
+    assert v["text"].startswith(f"{v['step_us'] / 1000:.1f} ms -> ~") and "dataloader" in v["text"]
+
+
+@pytest.mark.parametrize("claim,step,se,thin,want", [
+    (26.0, 100.0, None, None, "info"),          # a 26 us wait on a 100 us step: below the absolute floors
+    (900.0, 1000.0, None, None, "warning"),     # 90 % but under 1 ms: never critical
+    (3000.0, 10000.0, 100.0, None, "critical"),
+    (3000.0, 10000.0, 100.0, "2 step(s)", "warning"),  # thin evidence: at most a warning
+    (3000.0, 10000.0, 2000.0, None, "info"),    # within 2 standard errors of the mean step
+    (400.0, 10000.0, None, None, "info"),       # 4 %: below the warning share
+    (600.0, 10000.0, None, None, "warning"),
+    (None, 10000.0, None, None, "info"),
+])
+def test_severity_scale(claim, step, se, thin, want):
+    sev, reason = grade(claim, step, se, thin, DEFAULT)
+    assert sev == want and reason
+    if thin and want == "warning":
+        assert "thin evidence" in reason
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "traceinspect", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_fail_on_names_what_tripped_it(tmp_path):
+    folder = FIXTURES / "gpu_pairs" / "loader_starved"
+    out = tmp_path / "r.json"
+    p = _cli("report", folder, "--no-cache", "--quiet", "--fail-on", "critical", "--json", out)
+    assert p.returncode == 1, p.stderr
+    d = json.loads(out.read_text())
+    crit = [f["id"] for f in d["findings"] if f["severity"] == "critical"]
+    assert crit and all(f"] {i}" in p.stderr for i in crit)
+    assert "Traceback" not in p.stderr
+    info = _cli("report", folder, "--no-cache", "--quiet", "--fail-on", "info")
+    assert info.returncode == 1 and "--fail-on info" in info.stderr
+
+
+def test_clean_runs_are_critical_only_for_their_cpu_bound_steps():
+    """The small clean MLP leaves an H200 idle 96 % of the step while the CPU works: that (launch-bound) is real;
+    nothing else on them may be critical."""
+    for name in ("small_clean", "loader_fed"):
+        d = report(FIXTURES / "gpu_pairs" / name)
+        assert not [f for f in d["findings"] if f["severity"] == "critical" and f["id"] != "launch-bound"]

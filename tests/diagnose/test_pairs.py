@@ -1,0 +1,99 @@
+"""Each finding's time at stake against the saving measured when only its knob is fixed (fixtures/gpu_pairs).
+
+The measured side comes from the raw trace JSON (pairs.py, standard library only), never from traceinspect.
+A prediction must lie within 30 % of the measured saving or within its noise, whichever is larger; where the
+measured saving is noise, no warning or critical finding may claim it. docs/findings.md has the table.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+
+from traceinspect.config import Config
+from traceinspect.run.api import analyze_path
+
+import pairs
+from pairs import PAIRS, PAIRS_DIR, judge, measured
+
+# big_fp32's twin is bounded by its DataLoader (9 ms of data waits per step in big_clean); the fp32 run is
+# GPU-bound, so its loader never waits and a trace of it alone cannot see that bound: the model claims the GPU
+# time bf16 would save down to the CPU's own work, the loader then takes it back. Strict: passing means the model
+# learned to see it, and this mark must go.
+KNOWN_MISSES = {"big_fp32": "the twin's DataLoader bound is hidden in a GPU-bound fp32 trace"}
+
+
+@lru_cache(maxsize=None)
+def report(name: str) -> dict:
+    return analyze_path(PAIRS_DIR / name, Config(use_cache=False, workers=1)).to_dict()
+
+
+def claim(d: dict, ids) -> float:
+    return sum(f["time_at_stake_us"] or 0.0 for f in d["findings"] if f["id"] in ids)
+
+
+def predicted(problem: str, twin: str, ids) -> float:
+    """What the report says fixing the knob saves: its findings' claims beyond what the twin still has."""
+    return max(claim(report(problem), ids) - claim(report(twin), ids), 0.0)
+
+
+def severities(name: str, ids) -> list[str]:
+    return [f["severity"] for f in report(name)["findings"] if f["id"] in ids]
+
+
+def _case(p):
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[p[0]])] if p[0] in KNOWN_MISSES else []
+    return pytest.param(*p, id=p[0], marks=marks)
+
+
+@pytest.mark.parametrize("problem,twin,ids,family", [_case(p) for p in PAIRS])
+def test_time_at_stake_matches_measured_saving(problem, twin, ids, family):
+    m = measured(problem, twin, family)
+    pred = predicted(problem, twin, ids)
+    s, noise, tol = m["saving_us"], m["noise_us"], m["tolerance_us"]
+    what = f"{problem}: predicted {pred / 1000:.2f} ms, measured {s / 1000:.2f} ms (noise {noise / 1000:.2f} ms)"
+    if abs(s) <= noise:
+        # Noise: no warning or critical finding may claim it, and no claim may exceed what the noise allows.
+        assert not {"warning", "critical"} & set(severities(problem, ids)), what
+        assert pred <= tol, what
+    elif s < -noise:
+        # The problem run was faster than its twin: run-to-run variation swamped the knob. Only an upper bound.
+        assert pred <= tol, what
+    else:
+        assert abs(pred - s) <= tol, what
+
+
+def test_measured_savings_are_what_the_fixtures_are_known_for():
+    """The independent side itself: the two clear problems measure clearly, two captures of one job agree."""
+    assert measured("big_pageable", "big_clean", "big")["saving_us"] > measured("big_pageable", "big_clean", "big")["noise_us"]
+    loader = measured("loader_starved", "loader_fed", "loader")
+    assert loader["saving_us"] > 5 * loader["noise_us"] / 2
+    for a, b in pairs.SECOND_CAPTURE.values():
+        assert abs(pairs.mean_se(a)[0] - pairs.mean_se(b)[0]) < 0.15 * pairs.mean_se(a)[0]
+
+
+def test_each_problem_fixture_gets_its_finding():
+    """Where the knob's problem is visible in the trace, its finding is there (at any severity)."""
+    visible = {"small_pageable", "big_pageable", "big_item", "big_fp32", "deep_single", "deep_tiny", "loader_starved"}
+    for problem, _twin, ids, _family in PAIRS:
+        if problem in visible:
+            assert severities(problem, ids), f"{problem}: no {ids} finding"
+
+
+def test_clean_twins_get_no_warning_for_the_knobs_problems():
+    problems = {i for _p, _t, ids, _f in PAIRS for i in ids}
+    # The big MLP's loader (8 workers, 67 MB of fresh batches per step) does not keep up even in the clean twin:
+    # 9 ms of data waits per step, a problem it really has.
+    really_has = {"big_clean": {"dataloader-stall"}, "big_clean_b": {"dataloader-stall"}}
+    for twin in {t for _p, t, _i, _f in PAIRS} | {"small_clean_b", "big_clean_b"}:
+        loud = [f["id"] for f in report(twin)["findings"] if f["id"] in problems - really_has.get(twin, set())
+                and f["severity"] in ("warning", "critical")]
+        assert not loud, (twin, loud)
+
+
+if __name__ == "__main__":  # print the predicted-vs-measured table for docs/findings.md
+    rows = {}
+    for problem, twin, ids, _family in PAIRS:
+        rows[problem] = (predicted(problem, twin, ids), "/".join(severities(problem, ids)) or "none")
+    print(pairs.table(rows))

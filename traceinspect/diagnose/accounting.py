@@ -1,0 +1,317 @@
+"""One accounting of lost time: every finding is a disjoint slice of the step it claims.
+
+The rules decide *whether* a problem is present; this module decides *how much of the step* each one may claim,
+from the step columns the analyses computed (docs/metrics.md), so that the findings' claims of a step add up to at
+most that step and to what fixing all of them would save (``projected_step_us``). docs/findings.md has the model.
+
+Each step's wall time is cut into pools that do not overlap (GPU basis)::
+
+    data    = idle_dataloader_us          GPU idle while the loop waits for a batch
+    sync    = idle_sync_us                GPU idle while the CPU is blocked in a synchronizing call
+    launch  = idle_other_us               GPU idle while the CPU runs Python / launches work
+    copy    = bd_h2d_exposed + bd_d2h_exposed + bd_d2d_exposed + bd_memset_exposed
+    comm    = bd_comm_exposed
+    compute = bd_compute
+
+(CPU-only traces: the training thread's ``dataloader``, ``comm``, ``optimizer``, ``forward``, ``backward``,
+``other``.) Findings claim from their pools in a fixed order, each taking at most what is left, so a symptom
+(``gpu-idle``, last) gets only the idle time no cause explained. Work the GPU does faster after a fix
+(``no-mixed-precision``) saves only where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
+part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from .finding import Finding
+
+# Short names for the verdict line ("86.7 ms -> ~25 ms if fixed: dataloader 43.7 ms, pageable copies 17.7 ms").
+LABELS = {
+    "pageable-memcpy": "pageable copies",
+    "dataloader-stall": "dataloader",
+    "host-sync": "host syncs",
+    "gpu-idle": "other GPU idle",
+    "small-buckets": "small buckets",
+    "sync-every-microstep": "all-reduce every micro-batch",
+    "exposed-comm": "exposed comm",
+    "straggler": "straggler",
+    "no-mixed-precision": "fp32 matmuls",
+    "gradscaler-with-bf16": "GradScaler",
+    "launch-bound": "launch overhead",
+    "optimizer-not-fused": "per-parameter optimizer",
+    "tensor-core-alignment": "misaligned GEMMs",
+}
+
+# Claim order: specific causes first, the symptom (gpu-idle) last. A rule not listed claims after the listed
+# causes and before gpu-idle, from whatever its pools have left.
+ORDER = ("pageable-memcpy", "dataloader-stall", "host-sync", "straggler", "sync-every-microstep", "small-buckets",
+         "exposed-comm", "no-mixed-precision", "tensor-core-alignment", "gradscaler-with-bf16",
+         "optimizer-not-fused", "launch-bound")
+LAST = "gpu-idle"
+
+GPU_POOLS = ("data", "sync", "launch", "copy", "comm", "compute")
+IDLE_POOLS = ("data", "sync", "launch")
+CPU_POOLS = ("data", "comm", "optimizer", "forward", "backward", "other")
+# Pools a rule's estimate may be taken from when its demand is not a step column (first listed, first taken).
+FALLBACK_POOLS = {
+    "gpu": {"straggler": ("comm",), "sync-every-microstep": ("comm",), "small-buckets": ("comm",),
+            "exposed-comm": ("comm",), "tensor-core-alignment": ("compute",),
+            "gradscaler-with-bf16": ("launch", "compute"), "optimizer-not-fused": ("launch",)},
+    "cpu": {"straggler": ("comm",), "sync-every-microstep": ("comm",), "small-buckets": ("comm",),
+            "exposed-comm": ("comm",), "optimizer-not-fused": ("optimizer",),
+            "gradscaler-with-bf16": ("optimizer", "other")},
+}
+# Per-rank evidence keys holding a rule's own per-step estimate (us), where the rule reports one per rank.
+RANK_ESTIMATE_KEYS = {"optimizer-not-fused": "flagged_cpu_us_per_step", "exposed-comm": "comm_cost_us_per_step",
+                      "sync-every-microstep": "redundant_exposed_us_per_step"}
+
+
+def real_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps a rank's means are taken over: real ProfilerSteps, or the synthetic ones when that is all."""
+    if "synthetic" in df and len(df) and df["synthetic"].astype(bool).any():
+        real = df[~df["synthetic"].astype(bool)]
+        return real if len(real) else df
+    return df
+
+
+def _col(s: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in s:
+        return np.zeros(len(s))
+    return np.nan_to_num(s[name].to_numpy(dtype=float), nan=0.0)
+
+
+def _pools(ra, s: pd.DataFrame) -> dict[str, np.ndarray]:
+    if ra.basis == "gpu":
+        copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
+        return {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
+                "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
+                "compute": _col(s, "bd_compute")}
+    return {k: _col(s, f"cpu_{k}") for k in CPU_POOLS}
+
+
+def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
+    """A per-step sum from one of the rank's tables (0 where the table has no row for the step)."""
+    t = ra.tables.get(table)
+    if t is None or not len(t) or value not in t:
+        return np.zeros(len(s))
+    g = t.groupby("step")[value].sum()
+    return np.nan_to_num(s["step"].map(g).to_numpy(dtype=float), nan=0.0)
+
+
+def _pinned_gbps(ra, config) -> float:
+    s = ra.steps
+    b, t = _col(s, "pinned_h2d_bytes").sum(), _col(s, "pinned_h2d_time_us").sum()
+    return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
+
+
+def _gpu_room(s: pd.DataFrame) -> np.ndarray:
+    """How much of the step a faster GPU could remove: the step beyond the CPU's own work."""
+    cpu_floor = np.clip(_col(s, "cpu_step_us") - _col(s, "sync_us") - _col(s, "dataloader_us"), 0.0, None)
+    return np.clip(_col(s, "wall_us") - cpu_floor, 0.0, None)
+
+
+def _estimate(f: Finding, rank: int) -> float:
+    """The rule's own per-step estimate for a rank (its evidence per rank, else the finding's)."""
+    key = RANK_ESTIMATE_KEYS.get(f.id)
+    per_rank = (f.evidence or {}).get("per_rank")
+    if key and isinstance(per_rank, list):
+        for e in per_rank:
+            if isinstance(e, dict) and e.get("rank") == rank and e.get(key) is not None:
+                return float(e[key])
+    return float(f.time_at_stake_us or 0.0)
+
+
+def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndarray]]:
+    """What fixing ``f`` would save on each step of rank ``ra``, as (pool, us per step) pairs."""
+    n = len(s)
+    if ra.basis == "gpu":
+        if f.id == "dataloader-stall":
+            return [("data", _col(s, "idle_dataloader_us"))]
+        if f.id == "pageable-memcpy":
+            copy = _col(s, "pageable_h2d_time_us") + _col(s, "pageable_d2h_time_us")
+            nbytes = _col(s, "pageable_h2d_bytes") + _col(s, "pageable_d2h_bytes")
+            pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
+            blocked = _per_step(ra, s, "pageable_copies", "runtime_us")
+            sync = _col(s, "sync_us")
+            blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
+            # The copy itself beyond what a pinned copy of the same bytes takes, and the GPU idle while the CPU
+            # was blocked in the copy's launch call (on a launch-bound step, that is the larger part).
+            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share)]
+        if f.id == "host-sync":
+            return [("sync", _col(s, "idle_sync_us"))]
+        if f.id == "launch-bound":
+            return [("launch", _col(s, "idle_other_us"))]
+        if f.id == "no-mixed-precision":
+            saving = float((f.evidence or {}).get("assumed_saving") or 0.75)
+            return [("compute", np.minimum(_col(s, "matmul_fp32_us") * saving, _gpu_room(s)))]
+        if f.id == "tensor-core-alignment":
+            return [("compute", np.minimum(np.full(n, _estimate(f, ra.rank)), _gpu_room(s)))]
+        if f.id == LAST:
+            return [(p, np.full(n, np.inf)) for p in ("data", "sync", "launch")]
+    elif f.id == "dataloader-stall":
+        return [("data", _col(s, "cpu_dataloader"))]
+    if f.id == LAST:
+        return []
+    pools = FALLBACK_POOLS["gpu" if ra.basis == "gpu" else "cpu"].get(f.id)
+    pools = pools or (GPU_POOLS if ra.basis == "gpu" else CPU_POOLS)
+    # One estimate per step, taken from the pools in order: what the first cannot hold spills to the next.
+    return [(p, np.full(n, _estimate(f, ra.rank))) for p in pools[:1]] + [(p, None) for p in pools[1:]]
+
+
+def _claim_ranks(f: Finding, report) -> list[int]:
+    """Ranks whose steps a finding shortens. A straggler's fix shortens the others' waits, not its own step."""
+    if f.id == "straggler":
+        others = [ra.rank for ra in report.ranks if ra.rank not in f.ranks]
+        return others or list(f.ranks)
+    return list(f.ranks)
+
+
+def _order_key(f: Finding) -> int:
+    if f.id == LAST:
+        return len(ORDER) + 1
+    return ORDER.index(f.id) if f.id in ORDER else len(ORDER)
+
+
+def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
+    """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
+    ranks = {ra.rank: ra for ra in report.ranks}
+    steps = {r: real_steps(ra.steps) for r, ra in ranks.items()}
+    left = {r: _pools(ra, steps[r]) for r, ra in ranks.items()}
+    claims: dict[int, dict[str, np.ndarray]] = {r: {} for r in ranks}  # rank -> finding id -> us per step
+    from_idle: dict[int, dict[str, float]] = {r: {} for r in ranks}  # rank -> finding id -> GPU idle it claims
+    for f in sorted(findings, key=_order_key):
+        for r in _claim_ranks(f, report):
+            if r not in ranks or not len(steps[r]):
+                continue
+            ra, s, pools = ranks[r], steps[r], left[r]
+            got = np.zeros(len(s))
+            spill = None
+            for pool, want in _demands(f, ra, s, config):
+                if pool not in pools:
+                    continue
+                want = spill if want is None else want
+                if want is None:
+                    continue
+                take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
+                pools[pool] = pools[pool] - take
+                got += take
+                if pool in IDLE_POOLS and ra.basis == "gpu" and f.id != LAST:
+                    from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + float(take.mean())
+                spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+            claims[r][f.id] = claims[r].get(f.id, 0.0) + got
+    acc = {"ranks": {}, "verdict": None}
+    for r, s in steps.items():
+        wall = _col(s, "wall_us")
+        per_step = [{int(st): [{"id": k, "us": float(v[i])} for k, v in claims[r].items() if v[i] > 0]}
+                    for i, st in enumerate(s["step"])]
+        total = sum(claims[r].values()) if claims[r] else np.zeros(len(s))
+        n = len(s)
+        acc["ranks"][r] = {
+            "step_us": float(wall.mean()) if n else None,
+            "step_se_us": float(wall.std(ddof=1) / np.sqrt(n)) if n >= 2 else None,
+            "steps": n,
+            "projected_step_us": float((wall - total).mean()) if n else None,
+            "claims": sorted(({"id": k, "us": float(v.mean())} for k, v in claims[r].items() if v.mean() > 0),
+                             key=lambda c: -c["us"]),
+            "step_claims": {k: v for d in per_step for k, v in d.items()},
+        }
+    out = [_graded(f, acc, claims, from_idle, config) for f in findings]
+    acc["verdict"] = _verdict(acc, out)
+    return out, acc
+
+
+def reference_rank(acc: dict) -> int | None:
+    """The rank the verdict describes: the slowest mean step (in DDP every rank waits for it)."""
+    rows = [(v["step_us"], r) for r, v in acc["ranks"].items() if v["step_us"] is not None]
+    return max(rows)[1] if rows else None
+
+
+def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Finding:
+    ref = reference_rank(acc)
+    per_rank = {r: float(c[f.id].mean()) for r, c in claims.items() if f.id in c and len(c[f.id])}
+    if not per_rank:
+        rank, claim = (f.ranks[0] if f.ranks else ref), None
+    elif ref in per_rank:
+        rank, claim = ref, per_rank[ref]
+    else:
+        rank = max(per_rank, key=per_rank.get)
+        claim = per_rank[rank]
+    info = acc["ranks"].get(rank) or {}
+    step, se, nsteps = info.get("step_us"), info.get("step_se_us"), info.get("steps") or 0
+    thin = _thin(f, nsteps, config)
+    sev, reason = grade(claim, step, se, thin, config)
+    extra = dict(f.extra)
+    extra.update({
+        "estimate_us": f.time_at_stake_us,
+        "share_of_step": (claim / step) if claim is not None and step else None,
+        "severity_reason": reason,
+        "thin_evidence": thin,
+        "claim_rank": rank,
+    })
+    if f.id == LAST and rank in explained:
+        extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained[rank].items(), key=lambda kv: -kv[1])
+                                 if v >= 1.0]
+    return replace(f, severity=sev, time_at_stake_us=claim, extra=extra)
+
+
+def _thin(f: Finding, nsteps: int, config) -> str | None:
+    if nsteps < config.thin_evidence_min_steps:
+        return f"{nsteps} step(s) analyzed, fewer than {config.thin_evidence_min_steps}"
+    matched = (f.evidence or {}).get("matched_collectives")
+    if matched is not None and matched < config.thin_evidence_min_collectives:
+        return f"{matched} matched collective(s), fewer than {config.thin_evidence_min_collectives}"
+    return None
+
+
+def grade(claim: float | None, step: float | None, se: float | None, thin: str | None, config) -> tuple[str, str]:
+    """The one severity scale (docs/findings.md): share of the step at stake, absolute floors, noise, evidence."""
+    if claim is None or not step:
+        return "info", "no time at stake could be measured"
+    share = claim / step
+    c_share, c_us = config.severity_critical_share, config.severity_critical_min_us
+    w_share, w_us = config.severity_warning_share, config.severity_warning_min_us
+    head = f"{claim / 1000:.2f} ms of a {step / 1000:.2f} ms step ({100 * share:.1f} %)"
+    if share < w_share or claim < w_us:
+        return "info", f"{head}: below the warning line ({100 * w_share:.0f} % and {w_us / 1000:.1f} ms)"
+    noise = config.severity_noise_se * se if se is not None else None
+    if noise is not None and claim < noise:
+        return "info", (f"{head}: within the step-to-step noise ({config.severity_noise_se:.0f} standard errors of "
+                        f"the mean step = {noise / 1000:.2f} ms), so a fix could not be confirmed by measuring")
+    if share >= c_share and claim >= c_us:
+        if thin:
+            return "warning", f"{head}: at most a warning, thin evidence: {thin}"
+        return "critical", f"{head}: at least {100 * c_share:.0f} % and {c_us / 1000:.1f} ms"
+    return "warning", f"{head}: at least {100 * w_share:.0f} % and {w_us / 1000:.1f} ms" + (
+        f" (thin evidence: {thin})" if thin else "")
+
+
+def _verdict(acc: dict, findings: list[Finding]) -> dict | None:
+    r = reference_rank(acc)
+    if r is None:
+        return None
+    info = acc["ranks"][r]
+    step, proj = info["step_us"], info["projected_step_us"]
+    cl = [c for c in info["claims"] if c["us"] >= 0.005 * step]
+    largest = cl[0] if cl else None
+    if largest:
+        f = next((x for x in findings if x.id == largest["id"]), None)
+        largest = {"id": largest["id"], "us": largest["us"], "severity": f.severity if f else None,
+                   "title": f.title if f else None}
+        parts = ", ".join(f"{LABELS.get(c['id'], c['id'])} {_ms(c['us'])}" for c in cl[:4])
+        more = f", +{len(cl) - 4} more" if len(cl) > 4 else ""
+        text = f"{_ms(step)} -> ~{_ms(proj, 2)} if fixed: {parts}{more}"
+    else:
+        text = f"{_ms(step)}: no time at stake found"
+    return {"rank": r, "step_us": step, "projected_step_us": proj, "largest": largest, "text": text}
+
+
+def _ms(us: float, digits: int = 3) -> str:
+    """Milliseconds with about ``digits`` significant figures (86.7 ms, 4.12 ms, 25 ms)."""
+    v = us / 1000
+    if digits == 2:
+        return f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
+    return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
