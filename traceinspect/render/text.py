@@ -26,9 +26,9 @@ ranges_text = fmt.ranges
 
 
 def _step_table(r: dict) -> Table:
-    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
     for h in sections.step_header(r):
-        t.add_column(h, justify="right", no_wrap=True)
+        t.add_column(h, justify="right")
     for s in shown_steps(r["steps"]):
         t.add_row(*sections.step_cells(r, s))
     return t

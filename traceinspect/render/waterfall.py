@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from . import format as fmt
 
+MIN_US = 5.0  # claims below this (0.00 ms as written) get no bar of their own; the count is said instead
 SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#0B57D0"}
 BAR = "\u2588"
 
 
 def rows(d: dict) -> dict | None:
-    """{"rank", "step_us", "projected_step_us", "claims": [{"id", "title", "severity", "us", "from_us"}]} or None."""
+    """{"rank", "step_us", "projected_step_us", "claims": [{"id", "title", "severity", "us", "from_us"}], "tiny"}
+    or None; ``tiny`` counts the claims too small to draw."""
     ranks = {r.get("rank"): r for r in d.get("ranks") or []}
     v = d.get("verdict") or {}
     r = ranks.get(v.get("rank"))
@@ -25,17 +27,18 @@ def rows(d: dict) -> dict | None:
         return None
     by_id = {f.get("id"): f for f in d.get("findings") or []}
     at = float(r["step_us"])
-    claims = []
+    claims, tiny = [], 0
     for c in r["claims"]:
         us = c.get("us")
-        if not us:
+        if not us or us < MIN_US:
+            tiny += 1 if us else 0
             continue
         f = by_id.get(c.get("id")) or {}
         claims.append({"id": c.get("id"), "title": f.get("title", ""), "severity": f.get("severity", "info"),
                        "us": float(us), "from_us": at})
         at -= float(us)
     proj = r.get("projected_step_us")
-    return {"rank": r["rank"], "step_us": float(r["step_us"]), "claims": claims,
+    return {"rank": r["rank"], "step_us": float(r["step_us"]), "claims": claims, "tiny": tiny,
             "projected_step_us": float(proj) if proj is not None else at, "text": v.get("text")}
 
 
@@ -52,6 +55,8 @@ def bar_lines(w: dict, width: int = 40) -> list[str]:
     for c in w["claims"]:
         out.append(f"{'- ' + c['id']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {bar(c['from_us'] - c['us'], c['from_us'])}")
     out.append(f"{'projected step':<{name_w}}  {fmt.ms(w['projected_step_us']):>10}  {bar(0, w['projected_step_us'])}")
+    if w.get("tiny"):
+        out.append(f"({fmt.count(w['tiny'], 'more finding')} claiming under {fmt.ms(MIN_US * 1.0, 3)} per step)")
     return out
 
 
