@@ -48,6 +48,8 @@ table.kv td:first-child, table.evidence td:first-child { font-family: "DejaVu Sa
            font-size: 12px; color: var(--muted); }
 table.nested { margin: 0; font-size: 12px; } table.nested th, table.nested td { padding: 1px 6px; }
 table.nested td:first-child { max-width: 460px; overflow-wrap: anywhere; }
+table.evidence > tbody > tr > td:first-child { white-space: nowrap; }
+table.nested td, table.nested th { text-align: left; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table.summary td, table.summary th { text-align: left; } table.summary td.num, table.summary th.num { text-align: right; }
 table.summary td:nth-child(-n+2), table.summary td.num { white-space: nowrap; }
@@ -84,18 +86,41 @@ def esc(x) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
+def _cell(key: str, v) -> str:
+    """One evidence value: a list of records as a small table of labelled, formatted values; else its text."""
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        cols = list(dict.fromkeys(k for x in v for k in x))
+        head = "".join(f"<th>{esc(fmt.label(c))}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{esc(fmt.value(c, x.get(c)))}</td>" for c in cols) + "</tr>"
+                       for x in v[:10])
+        more = f"<p class=note>(and {len(v) - 10} more in the JSON report)</p>" if len(v) > 10 else ""
+        return f"<table class=nested><tr>{head}</tr>{body}</table>{more}"
+    return esc(fmt.value(key, v))
+
+
 def _evidence(f: dict) -> str:
     """Labelled values with units: one table, headed "evidence", a column per rank (or one value column)."""
-    cols, rows, left, rest = sections.evidence_rows(f)
-    if not cols:
-        cols, rows = ["value"], [(k, [v]) for k, v in rest]
+    ev = f.get("evidence") or {}
+    per_rank = ev.get("per_rank")
+    ranks = per_rank[:MAX_EVIDENCE_RANKS] if isinstance(per_rank, list) and per_rank and all(
+        isinstance(x, dict) for x in per_rank) else None
+    skip = ("steps", "rank")
+    if ranks:
+        cols = [f"rank {x.get('rank', '?')}" for x in ranks]
+        keys = [k for k in dict.fromkeys(k for x in ranks for k in x) if k not in skip]
+        rows = [(k, [x.get(k) for x in ranks]) for k in keys]
+        rest = [(k, v) for k, v in ev.items() if k not in skip + ("per_rank",) and v is not None]
+    else:
+        cols = ["value"]
+        rows = [(k, [v]) for k, v in ev.items() if k not in skip and v is not None]
         rest = []
     if not rows and not rest:
         return ""
     head = "<th>evidence</th>" + "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = "".join(f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>"
+    body = "".join(f"<tr><td>{esc(fmt.label(k))}</td>" + "".join(f"<td>{_cell(k, v)}</td>" for v in vals) + "</tr>"
                    for k, vals in rows)
-    body += "".join(f"<tr><td>{esc(k)}</td><td colspan={len(cols)}>{esc(v)}</td></tr>" for k, v in rest)
+    body += "".join(f"<tr><td>{esc(fmt.label(k))}</td><td colspan={len(cols)}>{_cell(k, v)}</td></tr>" for k, v in rest)
+    left = len(per_rank) - len(ranks) if ranks else 0
     more = f"<p class=note>(and {esc(fmt.count(left, 'more rank'))} in the JSON report)</p>" if left else ""
     return f"<div class=scroll><table class=evidence><tr>{head}</tr>{body}</table></div>{more}"
 
