@@ -134,10 +134,21 @@ _RST = [
 
 def rst_text(doc: str) -> str:
     """A rule's reST docstring as plain text for the terminal: no ``**``, double backquotes or ``::`` markers."""
-    out = []
-    for line in doc.splitlines():
-        if not line.startswith("    "):  # code in literal blocks stays as written
+    out, prose = [], []
+
+    def flush() -> None:
+        if prose:
+            text = "\n".join(prose)  # a paragraph at once: inline markup may span lines
             for pattern, repl in _RST:
-                line = pattern.sub(repl, line)
-        out.append(line)
+                text = pattern.sub(repl, text)
+            out.append(text)
+            prose.clear()
+
+    for line in doc.splitlines():
+        if line.startswith("    "):  # code in literal blocks stays as written
+            flush()
+            out.append(line)
+        else:
+            prose.append(line)
+    flush()
     return "\n".join(out)
