@@ -178,7 +178,6 @@ def _synthetic_dict(tmp_path, **kw) -> dict:
 def test_cpu_only_ranks_missing_rank(tmp_path):
     """No GPU events and rank 1 of 3 missing: CPU categories, a rank comparison, no GPU-only plots."""
     d = _synthetic_dict(tmp_path, ranks=(0, 2), world_size=3, loader_ms={0: 1.0, 2: 9.0})
-    rep = analyze(load(tmp_path / "syn", NOCACHE), NOCACHE)
     assert d["missing_ranks"] == [1]
     figs = plots.figures(d)
     assert [n for n in figs if n != "waterfall"] == ["step_breakdown", "ranks"]

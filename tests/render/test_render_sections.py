@@ -121,3 +121,21 @@ def test_formatter():
     assert fmt.label("idle_us_per_step") == "idle time per step"
     assert fmt.ranges([0, 1, 2, 5]) == "0-2, 5" and fmt.ranges([]) == "-"
     assert fmt.signed_ms(-0.004) == "+0.00 ms"  # rounds to zero: no "-0.00"
+
+
+def test_sections_in_the_same_order_everywhere():
+    need(FIXTURE)
+    from traceinspect.render.vocabulary import SECTIONS
+
+    d = _report(FIXTURE)
+    d["skipped"] = [{"file": "rank9.json", "reason": "truncated"}]  # constructed: so the last section shows too
+    markers = {"verdict": "Verdict", "waterfall": "Where the step could go", "findings": "Findings (",
+               "steps": "Rank 0 ·", "utilization": "nvidia-smi view", "skipped": "Skipped files ("}
+    for text in (render_text(d, width=120), render_markdown(d)):
+        where = [text.index(markers[k]) for k, _ in SECTIONS]
+        assert where == sorted(where)
+    ids = re.findall(r"<(?:section|div class='[^']*') id=['\"]?([\w-]+)", render_html(d))
+    html_ids = {"verdict": "verdict", "waterfall": "waterfall", "findings": "findings", "steps": "ranks",
+                "utilization": "utilization", "skipped": "skipped"}
+    where = [ids.index(html_ids[k]) for k, _ in SECTIONS]
+    assert where == sorted(where)

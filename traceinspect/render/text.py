@@ -14,8 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import format as fmt, sections, waterfall
-from .sections import MAX_STEP_ROWS, shown_steps, verdict  # noqa: F401  (re-exported for callers)
-from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN, LABELS  # noqa: F401
+from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
+from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
