@@ -31,7 +31,7 @@ __all__ = ["capture", "demo", "run_capture", "render_knobs",
            "CaptureFailed", "CPU_DEMO_OVERRIDES", "standalone_main"]
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine.
-CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 8}
+CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 8, "accum_steps": 8}
 #: Recorded steps per capture in the CPU demo: CPU steps vary more than GPU steps (two ranks and their loader
 #: workers share a few cores), and the diff's noise rule needs a few steps on each side to call a change.
 CPU_DEMO_ACTIVE = 6
