@@ -54,6 +54,7 @@ table.nested td, table.nested th { text-align: left; }
 table.summary td, table.summary th { text-align: left; } table.summary td.num, table.summary th.num { text-align: right; }
 table.summary td:nth-child(-n+2), table.summary td.num { white-space: nowrap; }
 table.summary a { color: var(--fg); }
+table.steps th { white-space: nowrap; }
 .unit { color: var(--muted); font-size: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; vertical-align: 0; }
 .bar { display: flex; width: 220px; height: 12px; border-radius: 2px; overflow: hidden; background: #eee; }
