@@ -132,7 +132,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # runs on (the loader here is cheap), so there the batches load in the training process.
         "num_workers": lambda cuda, cpus: max(1, min(4, cpus)) if cuda else max(0, min(4, cpus - 1)),
         "pin_memory": lambda cuda, cpus: cuda,
-        "persistent_workers": True,
+        "persistent_workers": lambda cuda, cpus: cuda or cpus > 1,  # only where there are workers to keep
         "prefetch_factor": 2,
         "non_blocking": lambda cuda, cpus: cuda,
         "bucket_cap_mb": 25.0,
