@@ -331,17 +331,27 @@ def demo(out, nproc, model, overrides, report, verbose):
         click.echo(busy, err=True)
 
 
-def _busy_note() -> str | None:
-    """A warning when other work keeps this machine's cores busy: a CPU-bound step then gets only its fair share
-    of a core while a waiting one (the baseline's all-reduces) does not lose it, so the comparison is noisier."""
+def _busy_note(sample_s: float = 0.5) -> str | None:
+    """A warning when other work keeps this machine's cores busy (measured over ``sample_s`` from /proc/stat): a
+    CPU-bound step then gets only its fair share of a core while a waiting one (the baseline's all-reduces) does
+    not lose it, so the comparison is noisier. None on a quiet machine or where /proc/stat is missing."""
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return sum(vals), idle
+
     try:
-        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        t0, i0 = ticks()
+        time.sleep(sample_s)
+        t1, i1 = ticks()
+    except (OSError, ValueError, IndexError):
         return None
-    if load <= cores / 2:
+    busy = 1.0 - (i1 - i0) / max(t1 - t0, 1)
+    if busy <= 0.5:
         return None
-    return (f"traceinspect: note: other work was keeping this machine busy (load average {load:.1f} on {cores} "
-            "cores before the captures): CPU timings vary more than on a quiet machine")
+    return (f"traceinspect: note: other work kept this machine's cores {100 * busy:.0f} % busy just before the "
+            "captures: CPU timings vary more than on a quiet machine")
 
 
 # --------------------------------------------------------------------------- comparison
