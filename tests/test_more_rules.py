@@ -268,7 +268,9 @@ def test_alignment_fires_on_bert():
     kernel is an ``align2`` one (the rest found ``align8`` kernels)."""
     need(BERT)
     f = finding(report(BERT), "tensor-core-alignment")
-    assert f is not None and f.severity == "warning"
+    # The rule fires; its claim (tens of us on a 4.4 ms step) is below the warning line (docs/findings.md).
+    assert f is not None and f.severity == "info" and f.time_at_stake_us <= f.extra["estimate_us"]
+    assert "below the warning line" in f.extra["severity_reason"]
     r = f.evidence["per_rank"][0]
     assert r["misaligned_share"] == pytest.approx(1.0)
     shapes = {(s["m"], s["n"], s["k"]): s for s in r["shapes"]}
@@ -277,7 +279,7 @@ def test_alignment_fires_on_bert():
     raw = raw_json(only_file(BERT))["traceEvents"]
     align2 = sum(e["dur"] for e in raw if e.get("cat") == "kernel" and "gemm" in e["name"] and "_align2" in e["name"])
     assert r["narrow_kernel_us_per_step"] == pytest.approx(align2)
-    assert f.time_at_stake_us == pytest.approx(0.5 * align2)
+    assert f.extra["estimate_us"] == pytest.approx(0.5 * align2)
 
 
 def test_alignment_fires_on_transformer_fixture():

@@ -92,7 +92,8 @@ def _loader_share(ev: list) -> float:
 def test_dataloader_stall_on_slow_loader_gpu():
     folder = GPU / "slow_loader"
     f = findings(folder)["dataloader-stall"]
-    assert f["severity"] == "critical"
+    # 99 % of the step, but the fixture has 3 steps: thin evidence caps it at warning (docs/findings.md).
+    assert f["severity"] == "warning" and f["thin_evidence"] and f["share_of_step"] > 0.9
     share = _loader_share(raw(folder)["traceEvents"])
     assert share > 0.9
     ev = f["evidence"]["per_rank"][0]

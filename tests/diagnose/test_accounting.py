@@ -66,7 +66,7 @@ def test_big_baseline_claims_are_disjoint():
     explained = {e["id"] for e in idle["explained_by"]}
     assert "dataloader-stall" in explained
     mean_idle = sum(s["breakdown_us"]["idle"] for s in r["steps"]) / len(r["steps"])
-    assert idle["time_at_stake_us"] + sum(e["us"] for e in idle["explained_by"]) == pytest.approx(mean_idle, rel=1e-6)
+    assert idle["time_at_stake_us"] + sum(e["us"] for e in idle["explained_by"]) == pytest.approx(mean_idle, abs=5.0)  # explained_by lists claims of 1 us or more
 
 
 def test_gpu_bound_host_sync_costs_what_the_gpu_waited():
@@ -131,3 +131,99 @@ def test_clean_runs_are_critical_only_for_their_cpu_bound_steps():
     for name in ("small_clean", "loader_fed"):
         d = report(FIXTURES / "gpu_pairs" / name)
         assert not [f for f in d["findings"] if f["severity"] == "critical" and f["id"] != "launch-bound"]
+
+
+# fixtures/gpu (fixtures/README.md): the finding each problem fixture is made for (present at any severity: on a
+# CPU-bound step the claim, and so the severity, can rightly be small).
+MADE_FOR = {
+    "baseline": {"pageable-memcpy", "optimizer-not-fused", "sync-every-microstep", "no-mixed-precision"},
+    "pinned": {"optimizer-not-fused", "sync-every-microstep"},
+    "slow_loader": {"dataloader-stall"},
+    "bf16_scaler": {"gradscaler-with-bf16"},
+    "fp32": {"no-mixed-precision"},
+    "single_adamw": {"optimizer-not-fused"},
+    "deep_tiny": {"small-buckets"},
+    "no_sync_off": {"sync-every-microstep"},
+    "tf_shapes": {"tensor-core-alignment"},
+    "big_baseline": {"pageable-memcpy", "dataloader-stall", "no-mixed-precision"},
+}
+# The optimized ones: every knob fixed. Their steps are CPU-bound (the H200 is busy 0.6-6 ms of a 9-94 ms step),
+# which launch-bound reports; nothing else may be louder than info.
+OPTIMIZED = ("optimized", "big_optimized", "fp16", "tf32", "deep_default")
+
+
+@pytest.mark.parametrize("name", sorted(MADE_FOR))
+def test_problem_fixture_gets_its_finding(name):
+    ids = {f["id"] for f in report(FIXTURES / "gpu" / name)["findings"]}
+    assert MADE_FOR[name] <= ids, MADE_FOR[name] - ids
+
+
+@pytest.mark.parametrize("name", OPTIMIZED)
+def test_optimized_fixture_gets_no_warning_for_problems_it_does_not_have(name):
+    loud = [(f["id"], f["severity"]) for f in report(FIXTURES / "gpu" / name)["findings"]
+            if f["severity"] != "info" and f["id"] != "launch-bound"]
+    assert not loud
+    assert "pageable-memcpy" not in {f["id"] for f in report(FIXTURES / "gpu" / "pinned")["findings"]}
+
+
+def test_launch_bound_pageable_copy_costs_what_it_blocks_the_cpu():
+    """small_pageable: the GPU is busy 0.6 ms of a 14 ms step and copies 0.09 ms; what the copies cost is the CPU
+    time stuck in their calls (the GPU waits for the launches meanwhile), counted here from the raw trace: the
+    runtime calls whose correlation id is a pageable copy's, and the stream syncs under the same ``aten::copy_``."""
+    import gzip
+
+    folder = FIXTURES / "gpu_pairs" / "small_pageable"
+    with gzip.open(next(folder.glob("*.json.gz")), "rt") as fh:
+        ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    inside = lambda e: any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)  # noqa: E731
+    corr = {e["args"]["correlation"] for e in ev if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"]}
+    launch = [e for e in ev if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in corr]
+    blocked = sum(e["dur"] for e in launch if inside(e)) / len(steps)
+    copies_on_gpu = sum(e["dur"] for e in ev if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"]
+                        and inside(e)) / len(steps)
+    f = next(f for f in report(folder)["findings"] if f["id"] == "pageable-memcpy")
+    assert blocked > 5 * copies_on_gpu
+    assert f["time_at_stake_us"] >= 0.8 * blocked
+    host = next((f for f in report(folder)["findings"] if f["id"] == "host-sync"), None)
+    assert host is None or host["time_at_stake_us"] < 0.2 * f["time_at_stake_us"]  # not claimed twice
+
+
+@pytest.mark.parametrize("name", ["optimized", "big_optimized"])
+def test_fail_on_critical_passes_the_optimized_fixtures(name):
+    from traceinspect.cli.main import main
+
+    assert main(["report", str(FIXTURES / "gpu" / name), "--quiet", "--no-cache", "--fail-on", "critical"]) == 0
+
+
+def test_verdict_headlines_the_largest_claim_not_the_first_rule():
+    d = report(FIXTURES / "gpu" / "big_baseline")
+    largest = max(d["findings"], key=lambda f: f["time_at_stake_us"] or 0)
+    # It used to headline pageable-memcpy (the first critical in rule order); the largest claim is the loader's.
+    assert d["verdict"]["largest"]["id"] == largest["id"] == "dataloader-stall"
+    assert d["verdict"]["largest"]["us"] == pytest.approx(largest["time_at_stake_us"])
+    assert d["verdict"]["text"].split("if fixed: ")[1].startswith("dataloader")
+
+
+def test_contract_fields():
+    d = report(FIXTURES / "gpu_pairs" / "big_pageable")
+    for r in d["ranks"]:
+        assert {"step_us", "projected_step_us", "claims"} <= set(r)
+        assert all(set(c) == {"id", "us"} for c in r["claims"])
+        assert all("claims" in s for s in r["steps"])
+    for f in d["findings"]:
+        assert {"time_at_stake_us", "share_of_step", "severity_reason", "thin_evidence", "estimate_us",
+                "claim_rank"} <= set(f)
+
+
+@pytest.mark.parametrize("run", ["cpu_baseline_run", "cpu_slow_loader_run"])
+def test_claims_add_up_on_cpu_gloo_captures(run, request):
+    """CPU-only DDP (gloo, 2 ranks): the training thread's split is the pool; the claims still fit the step."""
+    d = analyze_path(request.getfixturevalue(run), Config(use_cache=False, workers=1)).to_dict()
+    assert all(r["basis"] == "cpu" for r in d["ranks"])
+    _check_adds_up(d)
+    if run == "cpu_slow_loader_run":
+        f = next(f for f in d["findings"] if f["id"] == "dataloader-stall")
+        r = next(r for r in d["ranks"] if r["rank"] == f["claim_rank"])
+        wait = sum(s["breakdown_us"]["dataloader"] for s in r["steps"]) / len(r["steps"])
+        assert f["time_at_stake_us"] == pytest.approx(wait, rel=1e-6)

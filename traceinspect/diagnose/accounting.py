@@ -17,7 +17,9 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 ``other``.) Findings claim from their pools in a fixed order, each taking at most what is left, so a symptom
 (``gpu-idle``, last) gets only the idle time no cause explained. Work the GPU does faster after a fix
 (``no-mixed-precision``) saves only where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
-part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``).
+part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``),
+less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
+CPU-side finding claims that too.
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def _pools(ra, s: pd.DataFrame) -> dict[str, np.ndarray]:
         copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
         return {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
                 "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
-                "compute": _col(s, "bd_compute")}
-    return {k: _col(s, f"cpu_{k}") for k in CPU_POOLS}
+                "compute": _col(s, "bd_compute"), "room": _gpu_room(s)}
+    return {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
 
 
 def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
@@ -100,6 +102,18 @@ def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
         return np.zeros(len(s))
     g = t.groupby("step")[value].sum()
     return np.nan_to_num(s["step"].map(g).to_numpy(dtype=float), nan=0.0)
+
+
+def _pageable_blocked(ra, s: pd.DataFrame) -> np.ndarray:
+    """CPU time per step blocked by pageable copies: their launch calls, and the blocking calls the same ops make
+    (a ``non_blocking=False`` copy is ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``, both under ``aten::copy_``)."""
+    copies, calls = ra.tables.get("pageable_copies"), ra.tables.get("sync_calls")
+    own = _per_step(ra, s, "pageable_copies", "runtime_us")
+    if copies is None or not len(copies) or calls is None or not len(calls):
+        return own
+    ops = set(copies["op"].dropna())
+    mine = calls[calls["op"].isin(ops)]
+    return np.maximum(own, np.nan_to_num(s["step"].map(mine.groupby("step")["total_us"].sum()).to_numpy(float)))
 
 
 def _pinned_gbps(ra, config) -> float:
@@ -135,21 +149,23 @@ def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndar
             copy = _col(s, "pageable_h2d_time_us") + _col(s, "pageable_d2h_time_us")
             nbytes = _col(s, "pageable_h2d_bytes") + _col(s, "pageable_d2h_bytes")
             pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
-            blocked = _per_step(ra, s, "pageable_copies", "runtime_us")
+            blocked = _pageable_blocked(ra, s)
             sync = _col(s, "sync_us")
             blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
-            # The copy itself beyond what a pinned copy of the same bytes takes, and the GPU idle while the CPU
-            # was blocked in the copy's launch call (on a launch-bound step, that is the larger part).
-            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share)]
+            # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was
+            # blocked in the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the
+            # blocked CPU time: on a launch-bound step every microsecond the CPU is stuck delays the next launches.
+            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share),
+                    ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
         if f.id == "host-sync":
             return [("sync", _col(s, "idle_sync_us"))]
         if f.id == "launch-bound":
             return [("launch", _col(s, "idle_other_us"))]
         if f.id == "no-mixed-precision":
             saving = float((f.evidence or {}).get("assumed_saving") or 0.75)
-            return [("compute", np.minimum(_col(s, "matmul_fp32_us") * saving, _gpu_room(s)))]
+            return [("compute", _col(s, "matmul_fp32_us") * saving)]
         if f.id == "tensor-core-alignment":
-            return [("compute", np.minimum(np.full(n, _estimate(f, ra.rank)), _gpu_room(s)))]
+            return [("compute", np.full(n, _estimate(f, ra.rank)))]
         if f.id == LAST:
             return [(p, np.full(n, np.inf)) for p in ("data", "sync", "launch")]
     elif f.id == "dataloader-stall":
@@ -176,6 +192,33 @@ def _order_key(f: Finding) -> int:
     return ORDER.index(f.id) if f.id in ORDER else len(ORDER)
 
 
+def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float]:
+    """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, and the mean of it
+    that was GPU idle time."""
+    got = np.zeros(len(s))
+    idle = 0.0
+    spill = None
+    for pool, want in _demands(f, ra, s, config):
+        if pool not in pools:
+            continue
+        want = spill if want is None else want(got) if callable(want) else want
+        if want is None:
+            continue
+        take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
+        if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
+            take = np.minimum(take, pools["room"])
+        if pool in ("compute", "data", "sync") and "room" in pools:
+            # The room is the step beyond the CPU's own work; waits for data or for the GPU are outside that
+            # work, so what fixing them removes is no longer there for a faster GPU to remove.
+            pools["room"] = np.clip(pools["room"] - take, 0.0, None)
+        pools[pool] = pools[pool] - take
+        got += take
+        if pool in IDLE_POOLS:
+            idle += float(take.mean())
+        spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+    return got, idle
+
+
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
     ranks = {ra.rank: ra for ra in report.ranks}
@@ -187,22 +230,10 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):
                 continue
-            ra, s, pools = ranks[r], steps[r], left[r]
-            got = np.zeros(len(s))
-            spill = None
-            for pool, want in _demands(f, ra, s, config):
-                if pool not in pools:
-                    continue
-                want = spill if want is None else want
-                if want is None:
-                    continue
-                take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
-                pools[pool] = pools[pool] - take
-                got += take
-                if pool in IDLE_POOLS and ra.basis == "gpu" and f.id != LAST:
-                    from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + float(take.mean())
-                spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+            got, idle = _take(f, ranks[r], steps[r], left[r], config)
             claims[r][f.id] = claims[r].get(f.id, 0.0) + got
+            if idle and ranks[r].basis == "gpu" and f.id != LAST:
+                from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + idle
     acc = {"ranks": {}, "verdict": None}
     for r, s in steps.items():
         wall = _col(s, "wall_us")
@@ -243,6 +274,10 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Fin
     info = acc["ranks"].get(rank) or {}
     step, se, nsteps = info.get("step_us"), info.get("step_se_us"), info.get("steps") or 0
     thin = _thin(f, nsteps, config)
+    # With fewer steps than the thin-evidence line the standard error is itself too uncertain to judge noise by
+    # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
+    if nsteps < config.thin_evidence_min_steps:
+        se = None
     sev, reason = grade(claim, step, se, thin, config)
     extra = dict(f.extra)
     extra.update({

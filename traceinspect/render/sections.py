@@ -21,7 +21,7 @@ def verdict(d: dict) -> str:
     v = d.get("verdict")
     if v and v.get("text"):
         counts = [(sev, sum(1 for f in d.get("findings") or [] if f["severity"] == sev)) for sev in ("critical", "warning")]
-        counts = [f"{n} {sev}" for sev, n in counts if n]
+        counts = [f"{n} critical" if sev == "critical" else fmt.count(n, sev) for sev, n in counts if n]
         return f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
                                                   " · no warning or critical finding")
     return breakdown_verdict(d)
