@@ -23,6 +23,16 @@ MAX_LANES = 24  # stream lanes drawn (the busiest; the title says when some are 
 LANE_HEIGHT = 0.7  # of the 1.0 between lane centres
 
 
+MANY_MARKS = 40  # more pageable copies than this in a step: thin ticks, so a thousand of them stay a row of ticks
+
+
+def pageable_marker(n: int) -> dict:
+    if n > MANY_MARKS:
+        return {"marker": "|", "markersize": 5, "markeredgewidth": 0.6, "color": PALETTE["pageable"]}
+    return {"marker": "v", "markersize": 5, "markerfacecolor": PALETTE["pageable"], "markeredgecolor": "white",
+            "markeredgewidth": 0.4}
+
+
 def pick_rank(d: dict, rank: int | None = None) -> dict | None:
     """The rank whose timeline is drawn: ``rank``, else rank 0, else the lowest rank with a timeline."""
     cands = [r for r in d.get("ranks") or [] if r.get("timeline")]
@@ -92,10 +102,9 @@ def draw(ax, tl: dict) -> dict:
             total += sum(len(cats[c]) for c, _ in fracs)
             short += sum(1 for c, _ in fracs for sp in cats[c] if sp[1] < col_us)
     pg = tl.get("pageable") or []
-    if pg:  # pageable copies: a mark above their stream's lanes (a mark, not a width)
+    if pg:  # pageable copies: a mark above the lanes where each starts (a mark, not a width)
         ax.plot([s[0] / 1000.0 for s in pg], [len(rows) - 1 + LANE_HEIGHT / 2 + 0.12] * len(pg), linestyle="none",
-                marker="v", markersize=5, markerfacecolor=PALETTE["pageable"], markeredgecolor="white",
-                markeredgewidth=0.4, clip_on=False)
+                clip_on=False, **pageable_marker(len(pg)))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=9)
     ax.set_ylim(-0.6, len(rows) - 0.25)
@@ -116,7 +125,7 @@ def figure(d: dict, rank: int | None = None, new_figure=None):
     xlabel = (f"time since the step's start (ms); each column is {fmt.ms(info['col_us'])}, filled to the share "
               "of it each category runs")
     if info["short"]:
-        xlabel += (f"\n{info['short']} of {fmt.count(info['intervals'], 'interval')} are shorter than one column: "
+        xlabel += (f"\n{fmt.number(info['short'])} of {fmt.count(info['intervals'], 'interval')} are shorter than one column: "
                    "drawn as partial columns, never widened")
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
@@ -132,8 +141,8 @@ def figure(d: dict, rank: int | None = None, new_figure=None):
     handles.append(Patch(facecolor=color("idle"), label="idle (breakdown lane)"))
     pg = tl.get("pageable") or []
     if pg:
-        handles.append(Line2D([], [], linestyle="none", marker="v", markersize=6, color=PALETTE["pageable"],
-                              label=f"pageable copy ({fmt.count(len(pg), 'copy')})"))
+        handles.append(Line2D([], [], linestyle="none", label=f"pageable copy ({fmt.count(len(pg), 'copy')})",
+                              **pageable_marker(len(pg))))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
               title="GPU activity", fontsize=9, title_fontsize=9)
     return fig
