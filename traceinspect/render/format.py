@@ -196,7 +196,8 @@ def evidence_items(ev: dict, rank=None, items: int = 6) -> list[tuple[str, str]]
         src = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])
     n = items
     pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
-    return [(label(k), value(k, v, items=n)) for k, v in pairs if k not in ("per_rank", "steps", "rank") and v is not None]
+    skip = ("per_rank", "steps", "rank")
+    return [(label(k), value(k, v, items=n)) for k, v in pairs if k not in skip and v is not None]
 
 
 _WS = re.compile(r"\s+")

@@ -20,7 +20,8 @@ def verdict(d: dict) -> str:
     document's ``verdict``); a report without it (an older version's) gets the slowest rank's split of the step."""
     v = d.get("verdict")
     if v and v.get("text"):
-        counts = [(sev, sum(1 for f in d.get("findings") or [] if f["severity"] == sev)) for sev in ("critical", "warning")]
+        findings = d.get("findings") or []
+        counts = [(sev, sum(1 for f in findings if f["severity"] == sev)) for sev in ("critical", "warning")]
         counts = [f"{n} critical" if sev == "critical" else fmt.count(n, sev) for sev, n in counts if n]
         return f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
                                                   " · no warning or critical finding")
@@ -117,7 +118,8 @@ def utilization(r: dict) -> str | None:
     if not s or s.get("mean_util") is None:
         return None
     line = (f"{fmt.ms(s.get('window_us'), 0)} samples, {fmt.count(s.get('windows'), 'window')}: GPU-Util mean "
-            f"{fmt.pct(s.get('mean_util'), 0)}, min {fmt.pct(s.get('min_util'), 0)}, max {fmt.pct(s.get('max_util'), 0)}; "
+            f"{fmt.pct(s.get('mean_util'), 0)}, min {fmt.pct(s.get('min_util'), 0)}, "
+            f"max {fmt.pct(s.get('max_util'), 0)}; "
             f"{fmt.pct(s.get('share_below_50'), 0)} of samples below 50 %")
     filler = s.get("low_filler")
     if filler in _FILL_WORDS and s.get(f"low_fill_{filler}") is not None:

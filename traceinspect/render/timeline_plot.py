@@ -2,7 +2,8 @@
 
 The picture is what the breakdown adds up to. The step is cut into ``COLUMNS`` equal columns; in each lane and
 column every category is drawn as a bar whose height is the share of the column's time it covers, stacked in the
-breakdown's priority order (each lane is an image sampled to the nearest pixel, so colours stay pure). So the area of a colour in a lane is exactly that category's time: an event shorter
+breakdown's priority order (each lane is an image sampled to the nearest pixel, so colours stay pure). So the
+area of a colour in a lane is exactly that category's time: an event shorter
 than a column is a short column, never a widened bar, and no outline adds ink. The top lane is the whole GPU as
 the breakdown counts it (each instant goes to the highest-priority category running, the rest is idle, grey); the
 lanes below are the streams, each category's events merged.
@@ -125,7 +126,8 @@ def figure(d: dict, rank: int | None = None, new_figure=None):
     xlabel = (f"time since the step's start (ms); each column is {fmt.ms(info['col_us'])}, filled to the share "
               "of it each category runs")
     if info["short"]:
-        xlabel += (f"\n{fmt.number(info['short'])} of {fmt.count(info['intervals'], 'interval')} are shorter than one column: "
+        xlabel += (f"\n{fmt.number(info['short'])} of {fmt.count(info['intervals'], 'interval')} "
+                   "are shorter than one column: "
                    "drawn as partial columns, never widened")
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)

@@ -53,7 +53,8 @@ def bar_lines(w: dict, width: int = 40) -> list[str]:
 
     out = [f"{'measured step':<{name_w}}  {fmt.ms(w['step_us']):>10}  {bar(0, w['step_us'])}"]
     for c in w["claims"]:
-        out.append(f"{'- ' + c['id']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {bar(c['from_us'] - c['us'], c['from_us'])}")
+        drawn = bar(c["from_us"] - c["us"], c["from_us"])
+        out.append(f"{'- ' + c['id']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {drawn}")
     out.append(f"{'projected step':<{name_w}}  {fmt.ms(w['projected_step_us']):>10}  {bar(0, w['projected_step_us'])}")
     if w.get("tiny"):
         out.append(f"({fmt.count(w['tiny'], 'more finding')} claiming under {fmt.ms(MIN_US * 1.0, 3)} per step)")
