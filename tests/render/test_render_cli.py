@@ -61,3 +61,34 @@ def test_diff_text_lines():
             assert m.group(2) == ":", line
     if a["findings"]:
         assert re.search(r"^\s+worse:\s", text, re.M)
+
+
+def test_progress_on_a_terminal_runs(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    start, update, stop = _progress_factory(100 << 20, True)
+    start()
+    for _ in range(4):
+        update("rank0.json", 25 << 20, 0)
+    stop()
+
+
+def test_render_a_report_saved_before_the_timeline(tmp_path, capsys):
+    """A report.json without the timeline and the accounting fields (as an older version wrote it) still renders:
+    the sections it has, without the pictures it lacks."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "big_baseline"
+    d = analyze_path(str(folder), Config(use_cache=False, workers=1)).to_dict()
+    d.pop("verdict")
+    for r in d["ranks"]:
+        for k in ("timeline", "step_us", "projected_step_us", "claims"):
+            r.pop(k)
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps(d))
+    assert main(["render", str(saved), "--out", str(tmp_path / "o"), "--html", str(tmp_path / "o.html")]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: step 86.7 ms on rank 0" in out and "Where the step could go" not in out
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.png")) == ["message_sizes.png", "step_breakdown.png"]
