@@ -200,12 +200,13 @@ def _write_out_dir(out_dir: str, d: dict, rep=None) -> None:
     except OSError as exc:
         raise UsageError(f"{out_dir}: cannot make the folder ({exc.strerror or exc})") from None
     _write(str(out / "report.json"), dumps(d))
-    _write(str(out / "report.md"), render_markdown(d))
     try:
         from ..render.plots import write_plots
     except ImportError:
+        _write(str(out / "report.md"), render_markdown(d))
         return
-    write_plots(d, None, out)
+    paths = write_plots(d, None, out)
+    _write(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))
 
 
 def _load_report(path: str) -> dict:
@@ -249,8 +250,8 @@ def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
         from ..render.plots import write_plots
 
         Path(out_dir).mkdir(exist_ok=True)
-        _write(str(Path(out_dir) / "report.md"), render_markdown(d))
-        write_plots(d, None, out_dir)
+        paths = write_plots(d, None, out_dir)
+        _write(str(Path(out_dir) / "report.md"), render_markdown(d, [p.name for p in paths]))
     if html_path:
         from ..render.html import render_html
 

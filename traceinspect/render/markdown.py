@@ -45,13 +45,16 @@ def finding_lines(f: dict) -> list[str]:
     return out + ["Fix:", "", "```python", f["fix"], "```", ""]
 
 
-def render_markdown(d: dict) -> str:
+def render_markdown(d: dict, plots: list[str] | None = None) -> str:
+    """The report as Markdown; ``plots``: PNG file names beside the .md file to show after the findings' summary."""
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
     out = ["# traceinspect report", "", f"Source: `{d['source']}`", "",
            f"{n} of {world or n} ranks analyzed." + (f" World size {world}." if world else ""), "",
            f"**Verdict:** {sections.verdict(d)}", ""]
     out += waterfall_lines(d)
+    if plots:
+        out += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots] + [""]
     out += [f"## Findings ({len(d['findings'])})", ""]
     if not d["findings"]:
         out += ["No problems found.", ""]
