@@ -13,8 +13,10 @@ def _cell(x: str) -> str:
     return str(x).replace("|", "\\|")
 
 
-def table(head: list[str], rows: list[list[str]], align: str = "---:") -> list[str]:
-    out = ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "|".join(["---"] + [align] * (len(head) - 1)) + "|"]
+def table(head: list[str], rows: list[list[str]], aligns: list[str] | None = None) -> list[str]:
+    """A Markdown table; ``aligns`` per column (default: the first left, numbers right)."""
+    aligns = aligns or ["---"] + ["---:"] * (len(head) - 1)
+    out = ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "|".join(aligns) + "|"]
     out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return out + [""]
 
@@ -26,7 +28,7 @@ def waterfall_lines(d: dict) -> list[str]:
     rows = [["measured step", fmt.ms(w["step_us"]), ""]]
     rows += [[f"`{c['id']}`", fmt.signed_ms(-c["us"]), c["title"]] for c in w["claims"]]
     rows += [["projected step", fmt.ms(w["projected_step_us"]), "every finding above fixed"]]
-    return ([f"## Where the step could go (rank {w['rank']})", ""] + table(["", "per step", "finding"], rows)
+    return ([f"## Where the step could go (rank {w['rank']})", ""] + table(["", "per step", "finding"], rows, ["---", "---:", "---"])
             + ["```text"] + waterfall.bar_lines(w) + ["```", ""])
 
 
