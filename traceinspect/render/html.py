@@ -21,7 +21,7 @@ _CSS = """
 * { box-sizing: border-box; }
 body { margin: 0; font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "DejaVu Sans", Arial, sans-serif;
        color: var(--fg); background: var(--bg); }
-main { max-width: 1280px; margin: 0 auto; padding: 24px 28px 48px; }
+main { max-width: 1440px; margin: 0 auto; padding: 24px 28px 48px; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
 h3 { font-size: 16px; margin: 0 0 6px; }
@@ -54,10 +54,10 @@ table.nested td, table.nested th { text-align: left; }
 table.summary td, table.summary th { text-align: left; } table.summary td.num, table.summary th.num { text-align: right; }
 table.summary td:nth-child(-n+2), table.summary td.num { white-space: nowrap; }
 table.summary a { color: var(--fg); }
-table.steps th { white-space: nowrap; }
+table.steps th { white-space: nowrap; } table.steps th, table.steps td { padding: 3px 5px; }
 .unit { color: var(--muted); font-size: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; vertical-align: 0; }
-.bar { display: flex; width: 220px; height: 12px; border-radius: 2px; overflow: hidden; background: #eee; }
+.bar { display: flex; width: 110px; height: 12px; border-radius: 2px; overflow: hidden; background: #eee; }
 .bar span { display: block; height: 100%; }
 .wf { position: relative; width: 420px; height: 14px; background: #f1f3f4; border-radius: 2px; }
 .wf span { position: absolute; top: 0; height: 100%; border-radius: 2px; }
