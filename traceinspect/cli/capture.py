@@ -249,7 +249,8 @@ def capture(preset, nproc, out, overrides, model, steps, wait, warmup, active, r
         from ..capture import workload
 
         for name, typ, default, comment in workload.knob_table():
-            click.echo(f"{name:24} {typ:6} {default!r:10} {comment}")
+            where = " [GPU only]" if name in workload.GPU_ONLY else ""
+            click.echo(f"{name:24} {typ:6} {default!r:10} {comment}{where}")
         return
     t0 = time.monotonic()
     try:
