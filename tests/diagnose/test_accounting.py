@@ -227,3 +227,32 @@ def test_claims_add_up_on_cpu_gloo_captures(run, request):
         r = next(r for r in d["ranks"] if r["rank"] == f["claim_rank"])
         wait = sum(s["breakdown_us"]["dataloader"] for s in r["steps"]) / len(r["steps"])
         assert f["time_at_stake_us"] == pytest.approx(wait, rel=1e-6)
+
+
+def test_straggler_claims_the_wait_of_the_others(cpu_capture_factory):
+    """gloo, 2 ranks, rank 1's loader sleeps 64 ms per step: the fix shortens rank 0's wait at the collectives,
+    so the claim sits on rank 0's communication time, never on rank 1's own step."""
+    folder = cpu_capture_factory(preset="baseline", nproc=2, model="deep", wait=0, warmup=1, active=2,
+                                 record_shapes=True,
+                                 overrides={"num_workers": 0, "batch_size": 8, "accum_steps": 4, "bucket_cap_mb": 25.0,
+                                            "no_sync": True, "slow_rank": 1, "item_delay_ms": 2.0})
+    d = analyze_path(folder, Config(use_cache=False, workers=1)).to_dict()
+    _check_adds_up(d)
+    f = next(f for f in d["findings"] if f["id"] == "straggler")
+    assert f["ranks"] == [1] and f["claim_rank"] == 0
+    r0 = next(r for r in d["ranks"] if r["rank"] == 0)
+    comm = sum(s["breakdown_us"]["comm"] for s in r0["steps"]) / len(r0["steps"])
+    assert 0 < f["time_at_stake_us"] <= comm + 1e-6
+    assert f["severity"] != "critical" and f["thin_evidence"]  # 2 steps
+
+
+def test_few_matched_collectives_are_thin_evidence():
+    """CONSTRUCTED finding (only its evidence matters here): 3 matched collectives cap a straggler at warning."""
+    from traceinspect.diagnose.accounting import _thin
+    from traceinspect.diagnose.finding import Finding
+
+    f = Finding(id="straggler", severity="critical", title="", ranks=[1], steps=[], evidence={"matched_collectives": 3},
+                fix="")
+    why = _thin(f, 50, DEFAULT)
+    assert why and "3 matched collective" in why
+    assert grade(40_000.0, 100_000.0, 100.0, why, DEFAULT)[0] == "warning"

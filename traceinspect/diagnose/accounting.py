@@ -216,7 +216,7 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
         if pool in IDLE_POOLS:
             idle += float(take.mean())
         spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
-    return got, idle
+    return np.where(got < 1e-3, 0.0, got), idle  # below a nanosecond: rounding of the pools, not a claim
 
 
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
@@ -309,7 +309,8 @@ def grade(claim: float | None, step: float | None, se: float | None, thin: str |
     share = claim / step
     c_share, c_us = config.severity_critical_share, config.severity_critical_min_us
     w_share, w_us = config.severity_warning_share, config.severity_warning_min_us
-    head = f"{claim / 1000:.2f} ms of a {step / 1000:.2f} ms step ({100 * share:.1f} %)"
+    amount = f"{claim / 1000:.2f} ms" if claim >= 10 else f"{claim:.1f} us"
+    head = f"{amount} of a {step / 1000:.2f} ms step ({100 * share:.1f} %)"
     if share < w_share or claim < w_us:
         return "info", f"{head}: below the warning line ({100 * w_share:.0f} % and {w_us / 1000:.1f} ms)"
     noise = config.severity_noise_se * se if se is not None else None
