@@ -144,7 +144,7 @@ def unit_of(key: str) -> str | None:
         return "MB"
     if parts[-1] == "mb" or "mb" in parts:
         return "MiB"
-    if "share" in parts or key.lower().startswith("share") or parts[-1] in ("util", "fraction"):
+    if "share" in parts or key.lower().startswith("share") or parts[-1] in ("util", "fraction", "saving"):
         return "%"
     return None
 
