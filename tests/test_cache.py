@@ -80,6 +80,7 @@ def test_report_leaves_the_trace_folder_byte_for_byte_unchanged(tmp_path, monkey
     before = snapshot(folder)
     try:
         out = tmp_path / "out"
+        out.mkdir()  # --out makes its own folder, not missing parents
         first = _report_json(folder, "--out", str(out / "a"))  # analysis, plots, Markdown, cache writes
         second = _report_json(folder, "--out", str(out / "b"))  # from the cache
         report_folder(folder, Config(workers=1))  # the Python API

@@ -4,6 +4,7 @@ builds and a screenshot). Browser tests skip when Chromium is not installed (``a
 from __future__ import annotations
 
 import base64
+import html
 import html.parser
 import os
 import re
@@ -77,7 +78,7 @@ def test_html_control_report():
     assert_self_contained(text)
     page = parse(text)
     assert page.title == "traceinspect report"
-    assert "Verdict: " + verdict(d) in text.replace("&#x27;", "'").replace("&gt;", ">")
+    assert "Verdict: " + verdict(d) in html.unescape(text)
     assert page.findings == [f["id"] for f in d["findings"]] and page.findings
     for f in d["findings"]:
         assert f"finding-{f['id']}" in page.ids
@@ -112,7 +113,8 @@ def test_html_empty_ish_reports(tmp_path):
     d = analyzed(synthetic_cpu_run(tmp_path / "syn", ranks=(0, 2), world_size=3))[2]
     page = parse(render_html(d, None))
     assert page.title == "traceinspect report" and "missing-ranks" in page.ids and {"rank-0", "rank-2"} <= set(page.ids)
-    assert len(page.imgs) == 2  # breakdown + ranks; no timeline / message sizes without GPU or sizes
+    # breakdown + ranks (+ the waterfall when findings claim time); no timeline / message sizes without GPU or sizes
+    assert len(page.imgs) == 2 + bool(plots.waterfall_figure(d))
     # nothing analyzable at all
     text = render_html(empty_report(), None)
     assert_self_contained(text)
@@ -128,7 +130,7 @@ def test_cli_html_and_out_dir(tmp_path):
                  "--workers", "1"]) == 0
     assert parse(out.read_text()).title == "traceinspect report"
     names = sorted(p.name for p in (tmp_path / "o").iterdir())
-    assert names == ["ranks.png", "report.json", "report.md", "step_breakdown.png"]
+    assert [n for n in names if n != "waterfall.png"] == ["ranks.png", "report.json", "report.md", "step_breakdown.png"]
 
 
 # ----------------------------------------------------------------------------------------------------------------

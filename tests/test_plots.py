@@ -23,7 +23,7 @@ from traceinspect.analyze.attribution import GPU_CATEGORIES
 from traceinspect.config import Config
 from traceinspect.analyze.intervals import build_timeline
 from traceinspect.load.reader import load
-from traceinspect.render import plots
+from traceinspect.render import plots, timeline_plot
 from traceinspect.render.text import CPU_COLUMNS, GPU_COLUMNS
 from traceinspect.analyze.steps import find_steps
 from traceinspect.analyze.timeline import median_step, step_timeline
@@ -178,10 +178,9 @@ def _synthetic_dict(tmp_path, **kw) -> dict:
 def test_cpu_only_ranks_missing_rank(tmp_path):
     """No GPU events and rank 1 of 3 missing: CPU categories, a rank comparison, no GPU-only plots."""
     d = _synthetic_dict(tmp_path, ranks=(0, 2), world_size=3, loader_ms={0: 1.0, 2: 9.0})
-    rep = analyze(load(tmp_path / "syn", NOCACHE), NOCACHE)
     assert d["missing_ranks"] == [1]
-    figs = plots.figures(d, rep)
-    assert list(figs) == ["step_breakdown", "ranks"]
+    figs = plots.figures(d)
+    assert [n for n in figs if n != "waterfall"] == ["step_breakdown", "ranks"]
     legend = [t.get_text() for t in figs["step_breakdown"].axes[0].get_legend().get_texts()]
     assert "dataloader" in legend and "compute" not in legend and "idle" not in legend
     # ranks plot: bar widths are each rank's mean breakdown, the "lost" panel the cross-rank wait
@@ -199,8 +198,8 @@ def test_cpu_only_ranks_missing_rank(tmp_path):
             assert p.get_width() == pytest.approx(waits[int(p.get_gid().split(":")[1])] / 1000.0)
     straggler = d["cross_rank"]["straggler"]["rank"]
     assert straggler == 2 and f"straggler: rank {straggler}" in figs["ranks"]._suptitle.get_text()
-    paths = plots.write_plots(d, rep, tmp_path / "out")
-    assert [p.name for p in paths] == ["step_breakdown.png", "ranks.png"]
+    paths = plots.write_plots(d, None, tmp_path / "out")
+    assert [p.name for p in paths if p.name != "waterfall.png"] == ["step_breakdown.png", "ranks.png"]
 
 
 def test_timeline_is_the_median_step_and_adds_up_to_the_breakdown():
@@ -223,27 +222,29 @@ def test_timeline_is_the_median_step_and_adds_up_to_the_breakdown():
     pc = ra.tables["pageable_copies"]
     assert int(tl["pageable"].sum()) == int((pc["step"] == step["step"]).sum()) > 0
 
-    fig = plots.timeline_figure(d, rep)
+    # the document carries the same step: its pageable copies, and a lane per stream under the breakdown lane
+    doc = d["ranks"][0]["timeline"]
+    assert doc["step"] == step["step"] and len(doc["pageable"]) == int(tl["pageable"].sum())
+    fig = plots.timeline_figure(d)
     ax = fig.axes[0]
     lanes = [t.get_text() for t in ax.get_yticklabels()]
-    assert sorted(lanes) == sorted(f"stream {s}" for s in tl["stream"].unique())
+    assert lanes[-1] == "GPU (breakdown)"
+    assert sorted(lanes[:-1]) == sorted(f"stream {s}" for s in tl["stream"].unique())
     assert ax.get_xlim()[1] == pytest.approx(step["wall_us"] / 1000.0)
     assert f"step {step['step']}" in fig._suptitle.get_text() and "median" in fig._suptitle.get_text()
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any(f"{int(tl['pageable'].sum())} in this step" in x for x in legend)
+    n = int(tl["pageable"].sum())
+    assert f"pageable copy ({n} {'copy' if n == 1 else 'copies'})" in legend
     assert "NCCL / comm" in legend
 
 
 def test_timeline_skipped_without_table_or_gpu(tmp_path):
     need(DIFF_CONTROL)
     _, rep, d = analyzed(DIFF_CONTROL)
-    saved = rep.ranks[0].tables.pop("timeline")
-    try:
-        assert plots.timeline_figure(d, rep) is None
-        assert plots.timeline_figure(d, None) is None
-        assert "timeline" not in plots.figures(d, rep)
-    finally:
-        rep.ranks[0].tables["timeline"] = saved
+    for r in d["ranks"]:
+        r["timeline"] = None  # a document without the timeline (no GPU events)
+    assert plots.timeline_figure(d) is None
+    assert "timeline" not in plots.figures(d)
     syn = synthetic_cpu_run(tmp_path / "cpu")
     trace = load(syn, NOCACHE)
     tl = step_timeline(trace.ranks[0], find_steps(trace.ranks[0]))
@@ -254,6 +255,7 @@ def test_message_sizes_are_the_collectives_and_the_cap():
     need(DDP_2RANK)
     _, rep, d = analyzed(DDP_2RANK)
     colls = rep.ranks[0].tables["collectives"]
+    colls = colls[colls["step"].isin([s["step"] for s in d["ranks"][0]["steps"]])]  # the document's steps
     known = sorted(float(b) for b in colls["bytes"] if b is not None and float(b) > 0)
     fig = plots.message_sizes_figure(d, rep)
     ax = fig.axes[0]
@@ -277,7 +279,7 @@ def test_message_sizes_skipped_without_collectives():
     _, rep, d = analyzed(BERT)
     assert plots.message_sizes_figure(d, rep) is None
     assert plots.ranks_figure(d) is None  # one rank
-    assert list(plots.figures(d, rep)) == ["step_breakdown", "timeline"]
+    assert [n for n in plots.figures(d) if n != "waterfall"] == ["step_breakdown", "timeline"]
 
 
 def test_write_plots_pngs(tmp_path):
@@ -285,7 +287,8 @@ def test_write_plots_pngs(tmp_path):
     _, rep, d = analyzed(DIFF_CONTROL)
     paths = plots.write_plots(d, rep, tmp_path / "plots")
     sized = [c for s in d["ranks"][0]["steps"] for c in s.get("collectives") or [] if (c.get("bytes") or 0) > 0]
-    assert [p.name for p in paths] == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else [])
+    names = [p.name for p in paths if p.name != "waterfall.png"]
+    assert names == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else [])
     for p in paths:
         w, h = png_size(p.read_bytes())
         assert 700 <= w <= 2100 and 300 <= h <= 1800, (p.name, w, h)
@@ -330,8 +333,8 @@ def test_gpu_fixtures(folder, tmp_path):
     if folder is None:
         pytest.skip("no GPU fixtures in fixtures/gpu yet")
     _, rep, d = analyzed(folder)
-    figs = plots.figures(d, rep)
-    assert list(figs)[:2] == ["step_breakdown", "timeline"]
+    figs = plots.figures(d)
+    assert [n for n in figs if n != "waterfall"][:2] == ["step_breakdown", "timeline"]
     ax = plots.step_breakdown_figure(d).axes[0]
     steps = {(r["rank"], str(s["step"])): s for r in d["ranks"] for s in r["steps"]}
     for p in ax.patches:
@@ -339,6 +342,6 @@ def test_gpu_fixtures(folder, tmp_path):
             _, rank, step, key = p.get_gid().split(":")
             assert p.get_height() == pytest.approx(steps[(int(rank), step)]["breakdown_us"][key] / 1000.0)
     tl = next((ra.tables["timeline"] for ra in rep.ranks if len(ra.tables["timeline"])), None)
-    if tl is not None:
-        fig = plots.timeline_figure(d, rep)
-        assert len(fig.axes[0].get_yticklabels()) == min(tl["stream"].nunique(), plots.MAX_LANES)
+    if tl is not None:  # the breakdown lane, then a lane per stream
+        fig = plots.timeline_figure(d)
+        assert len(fig.axes[0].get_yticklabels()) == 1 + min(tl["stream"].nunique(), timeline_plot.MAX_LANES)

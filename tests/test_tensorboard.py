@@ -3,6 +3,7 @@ numbers, the text is the verdict and the rank's findings."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 
@@ -121,3 +122,28 @@ def test_missing_tensorboard_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as exc:
         write_tensorboard(d, tmp_path)
     assert str(exc.value) == MISSING and "pip install 'traceinspect[tensorboard]'" in MISSING
+
+
+def test_findings_markdown_renders_in_the_text_tab(tmp_path):
+    """A list needs a blank line before it in Markdown, or the Text tab shows one paragraph with literal asterisks;
+    values are written by the formatter (no 1.76e+05, no raw dicts)."""
+    need(DIFF_CONTROL)
+    d = analyzed(DIFF_CONTROL)[2]
+    root = write_tensorboard(d, tmp_path)
+    _, text = text_of(read_run(tmp_path / "traceinspect" / f"rank{d['ranks'][0]['rank']}"), "traceinspect/findings")
+    lines = text.splitlines()
+    bullets = [i for i, line in enumerate(lines) if line.startswith("* ")]
+    assert bullets and root == str(tmp_path / "traceinspect")
+    for i in bullets:
+        assert lines[i - 1] == "" or lines[i - 1].startswith("* "), lines[i - 1]
+    assert not re.search(r"\d\.\d+e[+-]\d+", text) and "{'" not in text and '{"' not in text
+
+
+def test_cli_tensorboard_into_a_chosen_folder(tmp_path, capsys):
+    need(DDP_2RANK)
+    shutil.copy(only_file(DDP_2RANK), tmp_path / "rank-0.json.gz")
+    logs = tmp_path / "logs"
+    assert main(["report", str(tmp_path), "--tensorboard", str(logs), "-q", "--no-cache", "--workers", "1"]) == 0
+    assert str(logs / "traceinspect") in capsys.readouterr().err
+    assert len(read_run(logs / "traceinspect" / "rank0").Scalars("step/wall_ms")) == 3
+    assert not (tmp_path / "traceinspect").exists()  # nothing written beside the traces

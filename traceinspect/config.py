@@ -127,9 +127,11 @@ class Config:
     # speed-up or more), and a sub-millisecond wait never is (a 26 us sync on a 100 us step is noise, not an
     # emergency).
     severity_critical_share: float = 0.25
+    # Critical's absolute floor (us): see above.
     severity_critical_min_us: float = 1000.0
     # Warning: 5 % of the step and 100 us: the smallest saving worth a code change on a job that runs for days.
     severity_warning_share: float = 0.05
+    # Warning's absolute floor (us): see above.
     severity_warning_min_us: float = 100.0
     # A claim smaller than this many standard errors of the rank's mean step cannot be told from the
     # step-to-step noise (a fix could not be confirmed by measuring the step): at most info.
@@ -137,6 +139,7 @@ class Config:
     # Thin evidence caps a finding at warning: fewer steps than this, or (cross-rank rules) fewer matched
     # collectives than this. With 3 steps one outlier is a third of the sample.
     thin_evidence_min_steps: int = 4
+    # Matched collectives below which a cross-rank finding rests on thin evidence: see above.
     thin_evidence_min_collectives: int = 10
     # pageable-memcpy: the pinned bandwidth a pageable copy is compared with when the trace has no pinned copy of
     # its own to measure. 25 GB/s: a pinned copy over PCIe Gen4 x16 in practice (Gen5 parts reach ~50), so the

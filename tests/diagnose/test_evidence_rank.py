@@ -28,8 +28,9 @@ def test_evidence_shown_is_of_the_rank_the_title_names(cpu_baseline_run):
         block = text.split(f["title"][:60], 1)[1]
         first_rank = next(ln.strip() for ln in block.splitlines() if ln.strip().startswith("rank:"))
         assert first_rank == f"rank: {named}", f["id"]
-        mblock = md.split(f["title"][:60], 1)[1]
-        assert f"- rank: `{named}`" in mblock.split("Fix:", 1)[0], f["id"]
+        mblock = md.split(f"### `{f['id']}`", 1)[1]
+        evidence_head = next(ln for ln in mblock.splitlines() if ln.startswith("| evidence |"))
+        assert evidence_head.split("|")[2].strip() == f"rank {named}", f["id"]
     # at least one finding names rank 1 (the others would pass with rank 0 first by accident)
     ranks_named = {_named_rank(f["title"]) for f in multi}
     assert len({r["rank"] for r in d["ranks"]}) == 2 and ranks_named - {None}

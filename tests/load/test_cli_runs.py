@@ -14,6 +14,7 @@ def test_run_and_all_runs(tmp_path, capsys):
     a = copy_run(PAIRS / "small_clean", folder)
     b = copy_run(PAIRS / "small_clean_b", folder)
     out = tmp_path / "out"
+    out.mkdir()  # an output folder that does not exist is an error, never made silently
     assert main(["report", str(folder), "--no-cache", "--all-runs", "--json", str(out / "r.json"), "--width", "120"]) == 0
     text = capsys.readouterr().out
     assert "run 1 of 2" in text and "run 2 of 2" in text

@@ -31,8 +31,12 @@ from ..errors import UsageError
 __all__ = ["capture", "demo", "run_capture", "render_knobs",
            "CaptureFailed", "CPU_DEMO_OVERRIDES", "standalone_main"]
 
-#: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine.
-CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 8}
+#: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine; 8 small micro-batches per optimizer step, so
+#: the step is mostly what the fixes remove (a gradient all-reduce per micro-batch) rather than matmuls.
+CPU_DEMO_OVERRIDES: dict[str, Any] = {"batch_size": 4, "accum_steps": 8}
+#: Recorded steps per capture in the CPU demo: CPU steps vary more than GPU steps (two ranks and their loader
+#: workers share a few cores), and the diff's noise rule needs a few steps on each side to call a change.
+CPU_DEMO_ACTIVE = 8
 
 
 
@@ -246,7 +250,8 @@ def capture(preset, nproc, out, overrides, model, steps, wait, warmup, active, r
         from ..capture import workload
 
         for name, typ, default, comment in workload.knob_table():
-            click.echo(f"{name:24} {typ:6} {default!r:10} {comment}")
+            where = " [GPU only]" if name in workload.GPU_ONLY else ""
+            click.echo(f"{name:24} {typ:6} {default!r:10} {comment}{where}")
         return
     t0 = time.monotonic()
     try:
@@ -291,12 +296,13 @@ def demo(out, nproc, model, overrides, report, verbose):
         knobs = {**CPU_DEMO_OVERRIDES, **knobs}
     root = Path(out)
     folders: dict[str, Path] = {}
+    busy = _busy_note()  # before our own ranks add to the load
     for preset in ("baseline", "optimized"):
         folder = root / preset
         t0 = time.monotonic()
         try:
             run_capture(folder, preset=preset, nproc=nproc, overrides=knobs, model=model,
-                        overwrite=True, verbose=verbose,
+                        overwrite=True, verbose=verbose, active=3 if cuda else CPU_DEMO_ACTIVE,
                         on_start=lambda what: click.echo(f"traceinspect: capturing {what} ...", err=True))
         except CaptureFailed as e:
             raise CliError(str(e)) from None
@@ -313,17 +319,44 @@ def demo(out, nproc, model, overrides, report, verbose):
     except UsageError as e:
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
-    from .diff import render_diff_text
+    from ..render.diff_text import render_diff_text
     from ..report.diff import diff_reports
 
     reports = {name: report_folder(str(folder)).to_dict() for name, folder in folders.items()}
     knob_diff = _knob_diff(_workload_settings(folders["baseline"]), _workload_settings(folders["optimized"]))
-    render_knobs(knob_diff)
     width = shutil.get_terminal_size((120, 40)).columns
+    from rich.console import Console
+
+    render_knobs(knob_diff, console=Console(width=max(width, 100)), cuda=cuda)
     click.echo(render_diff_text(diff_reports(reports["baseline"], reports["optimized"]), width=max(width, 100)),
                nl=False)
     click.echo(f"details: traceinspect report {folders['baseline']}   |   "
                f"traceinspect report {folders['optimized']}")
+    if busy and not cuda:
+        click.echo(busy, err=True)
+
+
+def _busy_note(sample_s: float = 0.5) -> str | None:
+    """A warning when other work keeps this machine's cores busy (measured over ``sample_s`` from /proc/stat): a
+    CPU-bound step then gets only its fair share of a core while a waiting one (the baseline's all-reduces) does
+    not lose it, so the comparison is noisier. None on a quiet machine or where /proc/stat is missing."""
+    def ticks() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return sum(vals), idle
+
+    try:
+        t0, i0 = ticks()
+        time.sleep(sample_s)
+        t1, i1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = 1.0 - (i1 - i0) / max(t1 - t0, 1)
+    if busy <= 0.5:
+        return None
+    return (f"traceinspect: note: other work kept this machine's cores {100 * busy:.0f} % busy just before the "
+            "captures: CPU timings vary more than on a quiet machine")
 
 
 # --------------------------------------------------------------------------- comparison
@@ -362,21 +395,27 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def render_knobs(knob_diff: list[tuple[str, Any, Any]], console: Any = None) -> None:
-    """The knobs the optimized preset changes, as a rich table (the numbers follow from ``traceinspect diff``)."""
+def render_knobs(knob_diff: list[tuple[str, Any, Any]], console: Any = None, cuda: bool | None = None) -> None:
+    """The knobs the optimized preset changes, where each applies and what it buys, as a rich table (the numbers
+    follow from ``traceinspect diff``). ``cuda=False`` adds the GPU-only fixes this CPU run leaves off."""
     from rich.console import Console
     from rich.table import Table
+
+    from ..capture import workload
 
     console = console or Console()
     if not knob_diff:
         return
     t = Table(title="What the optimized preset changes", title_justify="left")
-    t.add_column("knob")
-    t.add_column("baseline")
-    t.add_column("optimized")
+    for col in ("knob", "baseline", "optimized", "applies on", "why"):
+        t.add_column(col)
     for name, before, after in knob_diff:
-        t.add_row(name, str(before), str(after))
+        t.add_row(name, str(before), str(after), workload.applies_on(name), workload.WHY.get(name, ""))
     console.print(t)
+    if cuda is False:
+        off = ", ".join(workload.GPU_ONLY)
+        console.print(f"GPU-only fixes, left as in the baseline on this CPU run: {off} "
+                      "(the optimized preset turns them on where CUDA is).")
 
 
 @click.group()

@@ -24,42 +24,60 @@ def cli() -> None:
 
 
 def _progress_factory(paths_total: int, enabled: bool):
-    """A rich progress bar on stderr for loads that take more than a moment (files done, MB/s)."""
+    """Progress of loads that take more than a moment: on a terminal a rich bar on stderr (bytes of the known
+    total, MB/s, then the stage label "analyzing" once every byte is read); elsewhere (CI, pipes) one plain line
+    per stage on stderr. Returns (start, update, stop) or Nones for small loads and --quiet."""
     if not enabled or paths_total < (64 << 20):
-        return None, None
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-    from rich.console import Console
+        return None, None, None
+    import time
 
-    prog = Progress(
-        TextColumn("decoding"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
-    )
-    task = prog.add_task("decode", total=None)
+    from ..render import format as fmt
+
+    state = {"done": 0, "t0": time.monotonic(), "stage": "reading"}
+    if not sys.stderr.isatty():
+        def say(line: str) -> None:
+            click.echo(f"traceinspect: {line}", err=True)
+
+        def update(_path: str, nbytes: int, _total: int) -> None:
+            state["done"] += nbytes
+            if state["stage"] == "reading" and state["done"] >= paths_total:
+                state["stage"] = "analyzing"
+                say(f"read {fmt.mb(paths_total)} in {time.monotonic() - state['t0']:.1f} s; analyzing")
+
+        return (lambda: say(f"reading {fmt.mb(paths_total)} of traces"), update,
+                lambda: say(f"done in {time.monotonic() - state['t0']:.1f} s"))
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    prog = Progress(TextColumn("{task.description:<9}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = prog.add_task("reading", total=paths_total)
 
     def update(_path: str, nbytes: int, _total: int) -> None:
-        prog.update(task, advance=nbytes)
+        state["done"] += nbytes
+        prog.update(task, advance=nbytes, description="reading" if state["done"] < paths_total else "analyzing")
 
-    return prog, update
+    return prog.start, update, prog.stop
 
 
 class _BarObserver:
     """The run's observer for the terminal: a progress bar for big loads (see ``_progress_factory``)."""
 
     def __init__(self, enabled: bool):
-        self.enabled, self.prog, self.update = enabled, None, None
+        self.enabled, self.stop, self.update = enabled, None, None
 
     def begin(self, files, total_bytes: int) -> None:
-        self.prog, self.update = _progress_factory(total_bytes, self.enabled)
-        if self.prog:
-            self.prog.start()
+        start, self.update, self.stop = _progress_factory(total_bytes, self.enabled)
+        if start:
+            start()
 
     def decoded(self, path: str, nbytes: int, total: int = 0) -> None:
         if self.update:
             self.update(path, nbytes, total)
 
     def end(self, from_cache: bool) -> None:
-        if self.prog:
-            self.prog.stop()
+        if self.stop:
+            self.stop()
 
 
 def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(), **run):
@@ -86,14 +104,16 @@ def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(),
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://...) for --executor dask.")
-@click.option("--tensorboard", is_flag=True, help="Write per-step scalars and findings into the TensorBoard run.")
+@click.option("--tensorboard", "tb_dir", is_flag=False, flag_value="", default=None, metavar="[DIR]",
+              help="Write per-step scalars and findings as TensorBoard runs under DIR/traceinspect (default DIR: the "
+                   "trace folder).")
 @click.option("--width", type=int, default=None, help="Terminal width for the text report.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
 @click.option("--run", "run_no", type=click.IntRange(min=1), metavar="N",
               help="Report run N of the folder (1 the oldest; default the most recent).")
 @click.option("--all-runs", is_flag=True, help="One report per run of the folder (output names get .runN).")
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, cache_dir, settings, workers,
-           executor, scheduler, tensorboard, width, quiet, run_no, all_runs) -> None:
+           executor, scheduler, tb_dir, width, quiet, run_no, all_runs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
     if all_runs:
         from .runs import report_all_runs
@@ -102,11 +122,10 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     from ..render.text import render_text
     from ..run import report_folder
 
+    _check_targets(json_path, md_path, html_path, out_dir=out_dir)
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
-    result = report_folder(path, config, _BarObserver(sys.stderr.isatty() and not quiet))
+    result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
-    # Plots and HTML still read the live analysis (made on demand when the document came from the cache).
-    rep = result.analysis if (out_dir or html_path) else None
     for s in d["skipped"]:
         click.echo(f"traceinspect: skipped {s['file']}: {s['reason']}", err=True)
     if strict and d["skipped"]:
@@ -122,15 +141,15 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
 
         _write(md_path, render_markdown(d))
     if out_dir:
-        _write_out_dir(out_dir, d, rep)
+        _write_out_dir(out_dir, d)
     if html_path:
         from ..render.html import render_html
 
-        _write(html_path, render_html(d, rep))
-    if tensorboard:
+        _write(html_path, render_html(d))
+    if tb_dir is not None:
         from ..render.tensorboard import write_tensorboard
 
-        where = write_tensorboard(d, path)
+        where = write_tensorboard(d, tb_dir or path)
         click.echo(f"traceinspect: TensorBoard summaries written to {where}", err=True)
     if not quiet and json_path != "-":
         w = width or (None if sys.stdout.isatty() else 120)
@@ -161,27 +180,79 @@ def dumps(d: dict) -> str:
     return _dumps(d)
 
 
+def _check_targets(*files: str | None, out_dir: str | None = None) -> None:
+    """Before any work: every output's folder must exist (a typo is one line, not a silently made folder tree);
+    ``--out DIR`` may be new, but its parent must exist."""
+    wanted = [(p, Path(p).parent) for p in files if p and p != "-"]
+    if out_dir:
+        wanted.append((out_dir, Path(out_dir).resolve().parent))
+    for p, parent in wanted:
+        if not parent.is_dir():
+            raise UsageError(f"{p}: folder {parent} does not exist")
+
+
 def _write(path: str, text: str) -> None:
     p = Path(path)
+    if not p.parent.is_dir():
+        raise UsageError(f"{path}: folder {p.parent} does not exist")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as exc:
         raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
-def _write_out_dir(out_dir: str, d: dict, rep) -> None:
+def _write_out_dir(out_dir: str, d: dict) -> None:
     from ..render.markdown import render_markdown
 
     out = Path(out_dir)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out_dir}: cannot make the folder ({exc.strerror or exc})") from None
     _write(str(out / "report.json"), dumps(d))
-    _write(str(out / "report.md"), render_markdown(d))
     from .._optional import import_optional
 
     import_optional("matplotlib", "--out (the plots)")
     from ..render.plots import write_plots
 
-    write_plots(d, rep, out)
+    paths = write_plots(d, None, out)
+    _write(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))
+
+
+def _load_report(path: str) -> dict:
+    """A saved report.json, checked against the contract (one-line errors naming the file)."""
+    from ..report.doc import to_dict
+    from ..report.io import load
+
+    return to_dict(load(path))
+
+
+@cli.command()
+@click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
+@click.option("--html", "html_path", metavar="PATH", help="Write the self-contained HTML report to PATH.")
+@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH.")
+@click.option("--out", "out_dir", metavar="DIR", help="Write report.md and the plots into DIR.")
+@click.option("--width", type=int, default=None, help="Terminal width for the text report.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
+    """Render a saved report.json again (text, Markdown, HTML, plots) without the traces."""
+    from ..render.text import render_text
+
+    d = _load_report(report_json)
+    _check_targets(md_path, html_path, out_dir=out_dir)
+    if md_path:
+        from ..render.markdown import render_markdown
+
+        _write(md_path, render_markdown(d))
+    if out_dir:
+        _write_out_dir(out_dir, d)
+    if html_path:
+        from ..render.html import render_html
+
+        _write(html_path, render_html(d))
+    if not quiet:
+        w = width or (None if sys.stdout.isatty() else 120)
+        click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)
 
 
 @cli.command()
@@ -212,7 +283,9 @@ def explain(rule_id, settings) -> None:
         known = ", ".join(m.ID for m in all_rules())
         raise UsageError(f"unknown rule '{rule_id}' (known: {known})")
     chosen, default = Config().with_settings(settings), Config()
-    click.echo(doc_of(mod))
+    from ..render.text import rst_text
+
+    click.echo(rst_text(doc_of(mod)))
     names = thresholds_of(mod)
     if names:
         click.echo("\nThresholds (change with `traceinspect report DIR --set NAME=VALUE`):")

@@ -1,12 +1,10 @@
 """Plots of a report, as matplotlib Figures (Agg, no pyplot: nothing leaks into a caller's global figure state).
 
 Each ``*_figure`` function returns a ``matplotlib.figure.Figure``, or None when the report has nothing to show for
-it (one rank for the rank comparison, no collectives for message sizes, no timeline table...). ``write_plots``
-writes the ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not
-compute: the numbers come from the report dict ``d`` (``report.to_dict()``), and the per-event tables
-(``timeline``, ``collectives``) from the ``Report``'s ranks.
-
-``PALETTE`` is the one color per category used by every plot and by the HTML report.
+it (one rank for the rank comparison, no collectives for message sizes, no timeline...). ``write_plots`` writes the
+ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not compute:
+everything comes from the report document ``d`` (``report.to_dict()`` or a saved report.json), so a saved report
+draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s.
 """
 
 from __future__ import annotations
@@ -22,56 +20,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .text import CPU_COLUMNS, GPU_COLUMNS, LABELS as _TEXT_LABELS
+from . import format as fmt, timeline_plot, vocabulary, waterfall
+from .vocabulary import PALETTE, LABELS, color, label
 
 DPI = 120
 
-# One color per category, everywhere (plots and HTML). Colorblind-safe (Okabe-Ito, then Tol's muted colors); the
-# breakdown's "*_exposed" names share the color of their category ("comm_exposed" is "comm").
-PALETTE: dict[str, str] = {
-    # GPU categories
-    "compute": "#0072B2",
-    "comm": "#E69F00",
-    "h2d": "#D55E00",
-    "d2h": "#CC79A7",
-    "d2d": "#009E73",
-    "memset": "#F0E442",
-    "idle": "#C8C8C8",
-    # CPU-only (training thread) categories
-    "dataloader": "#882255",
-    "forward": "#56B4E9",
-    "backward": "#332288",
-    "optimizer": "#44AA99",
-    "other": "#8C8C8C",
-    # marks
-    "wait": "#999933",  # waiting for other ranks at collectives (cross-rank)
-    "pageable": "#000000",  # outline / marker of pageable copies
-}
-
-LABELS: dict[str, str] = {
-    **_TEXT_LABELS,
-    "h2d": "H2D copy",
-    "d2h": "D2H copy",
-    "d2d": "D2D copy",
-    "memset": "memset",
-}
-
-GPU_KEYS = tuple(k for k, _ in GPU_COLUMNS)  # bottom to top of a stacked bar
-CPU_KEYS = tuple(k for k, _ in CPU_COLUMNS)
-TIMELINE_KEYS = ("compute", "comm", "h2d", "d2h", "d2d", "memset")
+GPU_KEYS = vocabulary.GPU_KEYS
+CPU_KEYS = vocabulary.CPU_KEYS
+TIMELINE_KEYS = vocabulary.TIMELINE_KEYS
 
 MAX_BARS = 60  # above this many rank x step bars, the breakdown plot shows each rank's mean instead
-MAX_LANES = 24  # streams drawn in a timeline (the busiest; the title says when some are left out)
-
-
-def color(key: str) -> str:
-    """The color of a category or breakdown key (``comm_exposed`` -> the ``comm`` color)."""
-    base = key[: -len("_exposed")] if key.endswith("_exposed") else key
-    return PALETTE.get(base, "#444444")
-
-
-def label(key: str) -> str:
-    return LABELS.get(key, key)
 
 
 def _keys(basis: str) -> tuple[str, ...]:
@@ -172,7 +130,7 @@ def step_breakdown_figure(d: dict) -> Figure | None:
     if n <= 16:
         top = max((_ms(b[5]) for b in bars), default=0.0)
         for xpos, _r, _l, _b, _bd, wall in bars:
-            ax.annotate(f"{_ms(wall):.1f}", xy=(xpos, _ms(wall)), xytext=(0, 2), textcoords="offset points",
+            ax.annotate(fmt.ms_num(wall, 1), xy=(xpos, _ms(wall)), xytext=(0, 2), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7, color="#333333")
         ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     bases = {b[3] for b in bars}
@@ -187,87 +145,25 @@ def step_breakdown_figure(d: dict) -> Figure | None:
 # 2. One step's GPU timeline
 
 
-def timeline_figure(d: dict, rep, rank: int | None = None) -> Figure | None:
-    """Lanes per GPU stream of one step (``ra.tables["timeline"]``): kernels, copies and NCCL colored by category,
-    pageable copies hatched and marked with a black triangle. None when no rank has a timeline table."""
-    ra = None
-    if rep is not None:
-        cands = [r for r in rep.ranks if r.tables.get("timeline") is not None and len(r.tables["timeline"])]
-        if rank is not None:
-            cands = [r for r in cands if r.rank == rank]
-        else:
-            cands.sort(key=lambda r: (r.rank != 0, r.rank))
-        ra = cands[0] if cands else None
-    if ra is None:
-        return None
-    tl = ra.tables["timeline"]
-    step = int(tl["step"].iloc[0])
-    row = ra.steps[ra.steps["step"] == step]
-    if len(row):
-        t0 = float(row["start_us"].iloc[0])
-        wall = float(row["wall_us"].iloc[0])
-    else:  # a timeline of a step the step table does not have: frame it by its own events
-        t0 = float(tl["start_us"].min())
-        wall = float(tl["end_us"].max()) - t0
-    streams = list(tl.groupby("stream")["end_us"].size().index)
-    if len(streams) > MAX_LANES:
-        busy = (tl["end_us"] - tl["start_us"]).groupby(tl["stream"]).sum().sort_values(ascending=False)
-        streams = sorted(busy.index[:MAX_LANES])
-    lanes = {s: i for i, s in enumerate(streams)}
-    fig = _new_figure(12.0, _clamp(1.6 + 0.55 * len(streams), 2.8, 14.0))
-    ax = fig.add_subplot()
-    used: list[str] = []
-    for (s, cat), g in tl[tl["stream"].isin(streams)].groupby(["stream", "category"], sort=False):
-        y = len(streams) - 1 - lanes[s]
-        spans = list(zip((g["start_us"] - t0) / 1000.0, (g["end_us"] - g["start_us"]) / 1000.0))
-        ax.broken_barh(spans, (y - 0.32, 0.64), facecolors=color(cat), edgecolors=color(cat), linewidth=0.4)
-        if cat not in used:
-            used.append(cat)
-    pg = tl[tl["pageable"].astype(bool) & tl["stream"].isin(streams)]
-    for s, g in pg.groupby("stream"):
-        y = len(streams) - 1 - lanes[s]
-        spans = list(zip((g["start_us"] - t0) / 1000.0, (g["end_us"] - g["start_us"]) / 1000.0))
-        ax.broken_barh(spans, (y - 0.32, 0.64), facecolors="none", edgecolors=PALETTE["pageable"], linewidth=0.8,
-                       hatch="////")
-        ax.plot((g["start_us"] - t0) / 1000.0, [y + 0.42] * len(g), linestyle="none", marker="v", markersize=6,
-                markerfacecolor=PALETTE["pageable"], markeredgecolor="white", markeredgewidth=0.5, clip_on=False)
-    ax.set_yticks(range(len(streams)))
-    ax.set_yticklabels([f"stream {s}" for s in reversed(streams)], fontsize=9)
-    ax.set_ylim(-0.7, len(streams) - 0.2)
-    ax.set_xlim(0, max(wall / 1000.0, 1e-3))
-    ax.set_xlabel("time since the step's start (ms)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_axisbelow(True)
-    ax.spines[["top", "right"]].set_visible(False)
-    nsteps = len(ra.steps)
-    how = f"median of {nsteps} steps" if nsteps > 1 else "the only step"
-    more = f"; {tl['stream'].nunique() - len(streams)} quieter streams left out" if tl["stream"].nunique() > len(streams) else ""
-    fig.suptitle(f"GPU timeline · rank {ra.rank} · step {step} ({how}, wall {wall / 1000:.1f} ms){more}", fontsize=11)
-    order = [k for k in TIMELINE_KEYS if k in used]
-    handles = [Patch(facecolor=color(k), label=label(k) if k != "comm" else "NCCL / comm") for k in order]
-    if len(pg):
-        handles.append(Patch(facecolor="white", edgecolor=PALETTE["pageable"], hatch="////",
-                             label=f"pageable copy (\u25bc; {len(pg)} in this step)"))
-    _legend_outside(ax, handles, title="GPU activity")
-    return fig
+def timeline_figure(d: dict, rep=None, rank: int | None = None) -> Figure | None:
+    """One step's GPU activity at true scale (``timeline_plot``); None when no rank has a timeline. ``rep`` is
+    accepted for callers written before the document carried the timeline, and not used."""
+    return timeline_plot.figure(d, rank, _new_figure)
+
+
+def waterfall_figure(d: dict) -> Figure | None:
+    """Measured step -> each finding's claimed time -> projected step (``waterfall``); None without claims."""
+    return waterfall.figure(d, _new_figure)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # 3. Collective message sizes against the DDP bucket cap
 
 
-def _collectives(d: dict, rep, rank: int | None):
-    """(rank id, rows) of one rank's collectives: from the Report's table, else from the dict's steps."""
+def _collectives(d: dict, rank: int | None):
+    """(rank id, rows) of one rank's collectives (rank 0 when present), from its steps in the document."""
     import pandas as pd
 
-    if rep is not None:
-        cands = [r for r in rep.ranks if r.tables.get("collectives") is not None and len(r.tables["collectives"])]
-        if rank is not None:
-            cands = [r for r in cands if r.rank == rank]
-        else:
-            cands.sort(key=lambda r: (r.rank != 0, r.rank))
-        if cands:
-            return cands[0].rank, cands[0].tables["collectives"]
     for r in sorted(d.get("ranks", []), key=lambda r: (r["rank"] != 0, r["rank"])):
         if rank is not None and r["rank"] != rank:
             continue
@@ -297,7 +193,7 @@ def _fmt_bytes(b: float, _pos=None) -> str:
 def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure | None:
     """Every collective of one rank (rank 0 when present) on a log byte axis, one row per collective, against the
     DDP bucket cap. Gradient all-reduces (backward) are filled, the rest hollow. None when no sizes are known."""
-    rk, colls = _collectives(d, rep, rank)
+    rk, colls = _collectives(d, rank)
     if colls is None:
         return None
     c = colls[colls["bytes"].notna()]
@@ -345,14 +241,14 @@ def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure |
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
     ax.set_yticks(range(len(order)))
-    ax.set_yticklabels([f"{n}\n{int((names == n).sum())} calls" for n in reversed(order)], fontsize=9)
+    ax.set_yticklabels([f"{n}\n{fmt.count(int((names == n).sum()), 'call')}" for n in reversed(order)], fontsize=9)
     ax.set_ylim(-0.6, len(order) - 0.4)
     ax.set_xlabel("message size per call (log scale; 1 MiB = 2^20 bytes)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
     span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
-    fig.suptitle(f"Collective message sizes · rank {rk} · {span} ({len(c)} calls with a known size)", fontsize=11)
+    fig.suptitle(f"Collective message sizes · rank {rk} · {span} ({fmt.count(len(c), 'call')} with a known size)", fontsize=11)
     handles = []
     if grad_seen:
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, color=PALETTE["comm"],
@@ -360,7 +256,7 @@ def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure |
     if other_seen:
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="none",
                               markeredgecolor=PALETTE["comm"], label="other collective"))
-    handles.append(Line2D([], [], color="#B00020", linestyle="--", label=f"bucket cap {cap_mb:g} MiB\n({cap_src})"))
+    handles.append(Line2D([], [], color="#B00020", linestyle="--", label=f"bucket cap {fmt.mib(cap_mb)}\n({cap_src})"))
     _legend_outside(ax, handles)
     return fig
 
@@ -398,7 +294,7 @@ def ranks_figure(d: dict) -> Figure | None:
         lo, hi, mean = _ms(s.get("min_wall_us")), _ms(s.get("max_wall_us")), _ms(s.get("mean_wall_us"))
         ax.errorbar(mean, y, xerr=[[max(mean - lo, 0)], [max(hi - mean, 0)]], fmt="none", ecolor="#222222",
                     elinewidth=1.0, capsize=3)
-        ax.annotate(f"{mean:.1f} ms", xy=(hi, y), xytext=(5, 0), textcoords="offset points", va="center",
+        ax.annotate(fmt.ms(s.get("mean_wall_us"), 1), xy=(hi, y), xytext=(5, 0), textcoords="offset points", va="center",
                     fontsize=8)
         idle = (s.get("mean_breakdown_us") or {}).get("idle") if r["basis"] == "gpu" else None
         if idle is not None:
@@ -443,12 +339,14 @@ def ranks_figure(d: dict) -> Figure | None:
 
 
 def figures(d: dict, rep=None) -> dict[str, Figure]:
-    """Every plot the report supports, by file stem, in reading order; plots with nothing to show are left out."""
+    """Every plot the report supports, by file stem, in reading order; plots with nothing to show are left out.
+    Drawn from the document alone (``rep`` is accepted for older callers and not used)."""
     out: dict[str, Figure] = {}
     for name, make in (
+        ("waterfall", lambda: waterfall_figure(d)),
         ("step_breakdown", lambda: step_breakdown_figure(d)),
-        ("timeline", lambda: timeline_figure(d, rep)),
-        ("message_sizes", lambda: message_sizes_figure(d, rep)),
+        ("timeline", lambda: timeline_figure(d)),
+        ("message_sizes", lambda: message_sizes_figure(d)),
         ("ranks", lambda: ranks_figure(d)),
     ):
         fig = make()
@@ -463,12 +361,12 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def write_plots(d: dict, rep, out_dir) -> list[Path]:
+def write_plots(d: dict, rep=None, out_dir=None) -> list[Path]:
     """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, fig in figures(d, rep).items():
+    for name, fig in figures(d).items():
         p = out / f"{name}.png"
         p.write_bytes(png_bytes(fig))
         paths.append(p)
@@ -476,4 +374,4 @@ def write_plots(d: dict, rep, out_dir) -> list[Path]:
 
 
 __all__ = ["PALETTE", "LABELS", "color", "label", "step_breakdown_figure", "timeline_figure", "message_sizes_figure",
-           "ranks_figure", "figures", "png_bytes", "write_plots"]
+           "ranks_figure", "waterfall_figure", "figures", "png_bytes", "write_plots"]

@@ -18,12 +18,12 @@ torch. Our own event files end in ``.traceinspect``; writing again replaces them
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from ..errors import UsageError
-from .text import verdict
+from . import sections
+from .sections import verdict
 
 RUN_DIR = "traceinspect"
 SUFFIX = ".traceinspect"
@@ -65,30 +65,16 @@ def scalar_rows(rank: dict) -> list[tuple[int, str, float]]:
 
 
 def findings_markdown(d: dict, rank: int) -> str:
+    """The findings that concern ``rank`` as Markdown for TensorBoard's Text tab: blank lines around every list and
+    code block (the Text tab's Markdown needs them), values written by ``format``."""
     fs = [f for f in d.get("findings") or [] if rank in (f.get("ranks") or [])]
     if not fs:
         return "No problems found on this rank."
     out = []
     for f in fs:
-        at = f.get("time_at_stake_us")
-        out.append(f"### [{f['severity']}] {f['id']}: {f.get('title', '')}")
-        out.append(f"ranks {', '.join(map(str, f.get('ranks') or []))}; steps "
-                   f"{', '.join(map(str, f.get('steps') or []))}" + (f"; at stake ~{at / 1000:.2f} ms/step" if at else ""))
-        ev = f.get("evidence") or {}
-        per = ev.get("per_rank")
-        src = next((x for x in per if x.get("rank") == rank), per[0]) if isinstance(per, list) and per else ev
-        for k, v in src.items():
-            if k in ("steps", "rank") or v is None:
-                continue
-            if isinstance(v, float):
-                v = f"{v:.4g}"
-            elif isinstance(v, (dict, list)):
-                v = json.dumps(v)
-                v = v if len(v) <= 200 else v[:197] + "..."
-            out.append(f"* {k}: `{v}`")
-        out.append("")
-        out.append("Fix:")
-        out.append("")
+        out += [f"### [{f['severity']}] {f['id']}: {f.get('title', '')}", "", sections.finding_meta(f), ""]
+        out += [f"* {line}" for line in sections.evidence_lines(f, rank=rank, items=3)]
+        out += ["", "Fix:", ""]
         out += ["    " + line for line in (f.get("fix") or "").splitlines()]
         out.append("")
     return "\n".join(out)
@@ -100,7 +86,8 @@ def run_dir(logdir, rank: int) -> Path:
 
 def write_tensorboard(d: dict, logdir) -> str:
     """Write every rank's run under ``<logdir>/traceinspect``; returns that folder. ``logdir`` may be a trace file
-    (its folder is used). One-line ``UsageError`` when tensorboard is missing or the folder cannot be written."""
+    (its folder is used) or a new folder (made). One-line ``UsageError`` when tensorboard is missing or the folder
+    cannot be written (a read-only trace folder: pass another with ``--tensorboard DIR``)."""
     event_pb2, summary_pb2, text_metadata, EventFileWriter, tensor_util = _tb()
     import numpy as np
 
@@ -130,5 +117,6 @@ def write_tensorboard(d: dict, logdir) -> str:
             finally:
                 w.close()
     except OSError as exc:
-        raise UsageError(f"cannot write TensorBoard summaries under {root}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write TensorBoard summaries under {root}: {exc.strerror or exc} "
+                         "(choose a writable folder with --tensorboard DIR)") from None
     return str(root)

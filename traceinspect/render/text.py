@@ -1,256 +1,118 @@
 """The terminal report, from the JSON report dict (so a saved report.json renders the same way).
 
-Renderers format; they do not compute: every number comes from the report dict.
+Sections in ``vocabulary.SECTIONS`` order: verdict, waterfall, findings, per-step tables, nvidia-smi view, skipped
+files. Renderers format; they do not compute: every number comes from the report dict, written by ``format``.
 """
 
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import format as fmt, sections, waterfall
+from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
+from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
+
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
-GPU_COLUMNS = (
-    ("compute", "comp%"),
-    ("comm_exposed", "comm%"),
-    ("h2d_exposed", "h2d%"),
-    ("d2h_exposed", "d2h%"),
-    ("d2d_exposed", "d2d%"),
-    ("memset_exposed", "mset%"),
-    ("idle", "idle%"),
-)
-CPU_COLUMNS = (
-    ("dataloader", "load%"),
-    ("forward", "fwd%"),
-    ("backward", "bwd%"),
-    ("comm", "comm%"),
-    ("optimizer", "optim%"),
-    ("other", "other%"),
-)
-
-# Display names of breakdown categories, shared by every renderer.
-LABELS = {
-    "compute": "compute",
-    "comm_exposed": "exposed comm",
-    "h2d_exposed": "exposed H2D",
-    "d2h_exposed": "exposed D2H",
-    "d2d_exposed": "exposed D2D",
-    "memset_exposed": "memset",
-    "idle": "idle",
-    "dataloader": "dataloader",
-    "forward": "forward",
-    "backward": "backward",
-    "comm": "comm",
-    "optimizer": "optimizer",
-    "other": "other",
-}
-
-
-def ms(us) -> str:
-    return "-" if us is None else f"{us / 1000:.2f}"
-
-
-def mb(b) -> str:
-    return "-" if b is None else f"{b / 1e6:.1f}"
-
-
-def pct(part, whole) -> str:
-    if part is None or not whole:
-        return "-"
-    return f"{100 * part / whole:.0f}%"
-
-
-def verdict(d: dict) -> str:
-    """One line: the slowest rank's step, the step if every finding were fixed, the largest claims first."""
-    v = d.get("verdict")
-    if v and v.get("text"):
-        line = f"rank {v['rank']}: {v['text']}"
-        counts = [(sev, sum(1 for f in d["findings"] if f["severity"] == sev)) for sev in ("critical", "warning")]
-        counts = [f"{n} {sev}" + ("s" if sev == "warning" and n > 1 else "") for sev, n in counts if n]
-        return line + (f" · {', '.join(counts)}" if counts else " · no warning or critical finding")
-    return _breakdown_verdict(d)
-
-
-def _breakdown_verdict(d: dict) -> str:
-    """A report without the accounting (saved by an older version): the slowest rank's split of the step."""
-    ranks = [r for r in d["ranks"] if r["summary"].get("steps")]
-    if not ranks:
-        return "no steps found"
-    r = max(ranks, key=lambda x: x["summary"]["mean_wall_us"] or 0)
-    s = r["summary"]
-    wall = s["mean_wall_us"] or 0
-    parts = sorted(s["mean_breakdown_us"].items(), key=lambda kv: -(kv[1] or 0))
-    shares = ", ".join(f"{pct(v, wall)} {LABELS.get(k, k)}" for k, v in parts if v and v / max(wall, 1e-9) >= 0.01)
-    line = f"step {wall / 1000:.1f} ms on rank {r['rank']}: {shares}"
-    if d["findings"]:
-        f = d["findings"][0]
-        more = len(d["findings"]) - 1
-        line += f" · {f['severity']}: {f['id']}" + (f" (+{more} more)" if more else "")
-    else:
-        line += " · no problems found"
-    return line
-
-
-MAX_STEP_ROWS = 12
-
-
-def shown_steps(steps: list[dict]) -> list[dict]:
-    """Long runs show their slowest steps (in step order); the JSON report has them all."""
-    if len(steps) <= MAX_STEP_ROWS:
-        return steps
-    slowest = sorted(steps, key=lambda s: -(s["wall_us"] or 0))[:MAX_STEP_ROWS]
-    return sorted(slowest, key=lambda s: s["step"])
+# Kept for callers of the earlier names: (breakdown key, column header).
+GPU_COLUMNS = tuple((k, f"{short} %") for k, short, _ in GPU_BREAKDOWN)
+CPU_COLUMNS = tuple((k, f"{short} %") for k, short, _ in CPU_BREAKDOWN)
+ranges_text = fmt.ranges
 
 
 def _step_table(r: dict) -> Table:
-    gpu = r["basis"] == "gpu"
-    cols = GPU_COLUMNS if gpu else CPU_COLUMNS
-    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
-    t.add_column("step", justify="right")
-    t.add_column("wall ms", justify="right")
-    for _, label in cols:
-        t.add_column(label, justify="right")
-    if gpu:
-        for label in ("busy ms", "H2D MB", "pgbl MB", "D2H MB"):
-            t.add_column(label, justify="right")
-    t.add_column("load ms", justify="right")
-    if any("allreduce_count" in s for s in r["steps"]):
-        t.add_column("AR n/MB", justify="right")
+    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
+    for h in sections.step_header(r):
+        t.add_column(h, justify="right")
     for s in shown_steps(r["steps"]):
-        wall = s["wall_us"]
-        row = [str(s["step"]) + ("*" if s.get("synthetic") else ""), ms(wall)]
-        row += [pct(s["breakdown_us"].get(k), wall) for k, _ in cols]
-        if gpu:
-            row += [ms(s["gpu_busy_us"]), mb(s["h2d_bytes"]), mb(s["pageable_h2d_bytes"]), mb(s["d2h_bytes"])]
-        row.append(ms(s["dataloader_us"]))
-        if "allreduce_count" in s:
-            row.append(f"{s['allreduce_count']}/{mb(s.get('allreduce_bytes'))}")
-        t.add_row(*row)
+        t.add_row(*sections.step_cells(r, s))
     return t
 
 
-def _evidence_lines(ev: dict, limit: int = 8) -> list[str]:
-    """Flatten the first rank's evidence into short key: value lines (rules list the rank their title names
-    first)."""
-    lines = []
-    per_rank = ev.get("per_rank")
-    src = per_rank[0] if isinstance(per_rank, list) and per_rank else ev
-    for k, v in src.items():
-        if k in ("steps",) or v is None:
-            continue
-        if isinstance(v, float):
-            v = f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
-        elif isinstance(v, (list, dict)):
-            v = str(v)
-            v = v if len(v) <= 90 else v[:87] + "..."
-        lines.append(f"{k}: {v}")
-        if len(lines) >= limit:
-            break
-    if isinstance(per_rank, list) and len(per_rank) > 1:
-        lines.append(f"(and {len(per_rank) - 1} more rank(s) in the JSON report)")
-    return lines
+def _waterfall(d: dict, console: Console) -> None:
+    w = waterfall.rows(d)
+    if w is None:
+        return
+    console.print()
+    console.print(Text(f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
+                       "the projected step", style="bold"))
+    for line in waterfall.bar_lines(w):
+        console.print("  " + line)
 
 
-def ranges_text(xs: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out, start, prev = [], None, None
-    for x in sorted(xs) + [None]:
-        if start is None:
-            start = prev = x
-        elif x is not None and x == prev + 1:
-            prev = x
-        else:
-            out.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = x
-    return ", ".join(out)
+def _findings(d: dict, console: Console) -> None:
+    console.print()
+    if not d["findings"]:
+        console.print(Text("No problems found.", style="bold green"))
+        return
+    console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
+    for f in d["findings"]:
+        head = Text()
+        head.append(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], ""))
+        head.append(f"{f['id']}: ", style="bold")
+        head.append(f["title"])
+        console.print(head)
+        console.print("  " + sections.finding_meta(f))
+        for line in sections.finding_notes(f):
+            console.print(Text("  " + line, style="dim"))
+        for line in sections.evidence_lines(f, limit=12, width=110, items=2):
+            console.print(Text("  " + line, style="dim"))
+        console.print("  fix:")
+        for line in f["fix"].splitlines():
+            console.print(Text("    " + line, style="green"))
 
 
-MAX_RUN_ROWS = 6
+def _ranks(d: dict, console: Console) -> None:
+    for r in d["ranks"]:
+        console.print()
+        console.print(Text(sections.rank_title(r), style="bold"))
+        console.print(_step_table(r))
+        for note in sections.rank_notes(r):
+            console.print(Text(note, style="dim"))
+    for note in sections.footnotes(d):
+        console.print(Text(note, style="dim"))
+    if d.get("missing_ranks"):
+        console.print()
+        console.print(Text(f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold"))
 
 
-def _other_runs(runs: dict, console: Console) -> None:
-    """One line per other run of the folder (the most recent ones): its number, folders, ranks, start."""
-    others = [r for r in runs["runs"] if not r["selected"]]
-    for r in others[-MAX_RUN_ROWS:]:
-        folders = ", ".join(r["folders"][:2]) + (" ..." if len(r["folders"]) > 2 else "")
-        ranks = ranges_text(r["ranks"])
-        console.print(f"  run {r['run']}: {folders} · rank{'s' if len(r['ranks']) > 1 else ''} {ranks} · "
-                      f"{r['files']} file{'s' if r['files'] > 1 else ''}" + (f" · {r['start']}" if r["start"] else ""))
-    if len(others) > MAX_RUN_ROWS:
-        console.print(f"  ({len(others) - MAX_RUN_ROWS} older runs in the JSON report)")
+def _utilization(d: dict, console: Console) -> None:
+    lines = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
+    lines = [(rk, u) for rk, u in lines if u]
+    if not lines:
+        return
+    console.print()
+    console.print(Text("nvidia-smi view (what GPU-Util would have shown, docs/utilization.md)", style="bold"))
+    for rk, u in lines:
+        console.print(f"  rank {rk}: {u}")
 
 
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
-    total = world or n
     console.print(Text(f"traceinspect report: {d['source']}", style="bold"))
-    console.print(f"{n} of {total} ranks analyzed" + (f" (world size {world})" if world else ""))
-    if (d.get("runs") or {}).get("notable"):
-        console.print(d["runs"]["summary"])  # several runs, windows or copies in the folder (docs/folders.md)
-        _other_runs(d["runs"], console)
+    console.print(f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
+    for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
+        console.print(line)
     console.print(Text("Verdict: " + verdict(d), style="bold"))
-    for r in d["ranks"]:
-        console.print()
-        dev = r["device"] or ("CPU only" if r["basis"] == "cpu" else "GPU")
-        basis = "GPU timeline, exposed % of step" if r["basis"] == "gpu" else "training thread, % of step"
-        console.print(Text(f"Rank {r['rank']} · {dev} · {len(r['steps'])} steps · {basis}", style="bold"))
-        console.print(_step_table(r))
-        if len(r["steps"]) > MAX_STEP_ROWS:
-            s = r["summary"]
-            console.print(Text(f"{len(r['steps'])} steps, the {MAX_STEP_ROWS} slowest shown (all in --json); step wall "
-                               f"mean {ms(s['mean_wall_us'])} ms, min {ms(s['min_wall_us'])}, max {ms(s['max_wall_us'])}",
-                               style="dim"))
-        util = (r.get("utilization") or {}).get("summary")
-        if util and util.get("text"):
-            console.print(Text(util["text"], style="dim"))
-        backlog = [s for s in r["steps"] if s.get("backlog_us")]
-        if backlog:
-            console.print(Text("GPU backlog from before the window (not counted in the step): " + ", ".join(
-                f"step {s['step']} {ms(s['backlog_us'])} ms" for s in backlog), style="dim"))
-    console.print()
-    if d["findings"]:
-        console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
-        for f in d["findings"]:
-            head = Text()
-            head.append(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], ""))
-            head.append(f"{f['id']}: ", style="bold")
-            head.append(f["title"])
-            console.print(head)
-            at = f.get("time_at_stake_us")
-            share = f.get("share_of_step")
-            console.print(
-                f"  ranks {ranges_text(f['ranks'])} · steps {ranges_text(f['steps'])}"
-                + ((f" · at stake ~{at / 1000:.2f} ms/step" if at >= 10 else f" · at stake ~{at:.1f} us/step")
-                   if at else "")
-                + (f" ({100 * share:.0f} % of the step)" if at and share is not None else "")
-            )
-            if f.get("severity_reason"):
-                console.print(Text(f"  {f['severity']}: {f['severity_reason']}", style="dim"))
-            if f.get("explained_by"):
-                why = ", ".join(f"{e['id']} {e['us'] / 1000:.2f} ms" for e in f["explained_by"])
-                console.print(Text(f"  idle explained by: {why} (claimed there, not here)", style="dim"))
-            for line in _evidence_lines(f.get("evidence") or {}):
-                console.print(Text("  " + line, style="dim"))
-            console.print("  fix:")
-            for line in f["fix"].splitlines():
-                console.print(Text("    " + line, style="green"))
-    else:
-        console.print(Text("No problems found.", style="bold green"))
-    if d.get("missing_ranks"):
-        console.print()
-        console.print(Text(f"Missing ranks (no usable trace file): {ranges_text(d['missing_ranks'])}", style="bold"))
+    _waterfall(d, console)
+    _findings(d, console)
+    _ranks(d, console)
+    _utilization(d, console)
     if d.get("errors"):
+        console.print()
         for e in d["errors"]:
             console.print(Text(f"analysis error: {e}", style="red"))
     if d["skipped"]:
         console.print()
-        console.print(Text(f"Skipped ({len(d['skipped'])})", style="bold"))
-        for s in d["skipped"]:
-            console.print(f"  {s['file']}: {s['reason']}")
+        console.print(Text(f"Skipped files ({len(d['skipped'])})", style="bold"))
+        for line in sections.skipped(d):
+            console.print(f"  {line}")
 
 
 def render_text(d: dict, width: int = 120, color: bool = False) -> str:
@@ -259,3 +121,35 @@ def render_text(d: dict, width: int = 120, color: bool = False) -> str:
                       highlight=False, soft_wrap=False)
     render(d, console)
     return buf.getvalue()
+
+
+_RST = [
+    (re.compile(r"\*\*([^*]+)\*\*::"), r"\1:"),  # "**Fix**::" opens a literal block
+    (re.compile(r"::$", re.M), ":"),
+    (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
+    (re.compile(r"``([^`]+)``"), r"\1"),
+    (re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])"), r"\1"),
+    (re.compile(r":[a-z]+:`([^`]+)`"), r"\1"),
+]
+
+
+def rst_text(doc: str) -> str:
+    """A rule's reST docstring as plain text for the terminal: no ``**``, double backquotes or ``::`` markers."""
+    out, prose = [], []
+
+    def flush() -> None:
+        if prose:
+            text = "\n".join(prose)  # a paragraph at once: inline markup may span lines
+            for pattern, repl in _RST:
+                text = pattern.sub(repl, text)
+            out.append(text)
+            prose.clear()
+
+    for line in doc.splitlines():
+        if line.startswith("    "):  # code in literal blocks stays as written
+            flush()
+            out.append(line)
+        else:
+            prose.append(line)
+    flush()
+    return "\n".join(out)

@@ -1,0 +1,119 @@
+"""The text of ``traceinspect diff`` (and of ``demo``), from the diff document (``report.diff.diff_reports``).
+
+Formatting only: every number comes from the diff dict.
+"""
+
+from __future__ import annotations
+
+import io
+
+from . import format as fmt
+from .vocabulary import LABELS
+
+
+
+_ms = fmt.ms_num
+
+
+def _mean_sd(side: dict) -> str:
+    if side["mean_us"] is None:
+        return "-"
+    sd = side["sd_us"]
+    return f"{side['mean_us'] / 1000:.2f} ± {sd / 1000:.2f}" if sd is not None else f"{side['mean_us'] / 1000:.2f}"
+
+
+def _delta(row: dict) -> str:
+    d = row["delta_us"]
+    if d is None:
+        return "-"
+    s = fmt.ms_num(d) if round(d / 1000, 2) == 0 else f"{round(d / 1000, 2) + 0.0:+.2f}"  # + 0.0: no "-0.00"
+    share = row.get("share_of_step")
+    if share is not None and round(100 * share, 1) != 0:  # no "(+0.0% of step)" beside a change
+        s += f" ({round(100 * share, 1) + 0.0:+.1f} % of step)"
+    return s
+
+
+def _verdict(row: dict, wall: bool) -> tuple[str, str]:
+    sig = row["significant"]
+    if row["delta_us"] is None:
+        return "not on both sides", "dim"
+    if sig is None:
+        return "cannot tell (<2 steps)", "dim"
+    if not sig:
+        return "within noise", "dim"
+    up = row["delta_us"] > 0
+    if wall:
+        return ("slower", "bold red") if up else ("faster", "bold green")
+    return ("more", "red") if up else ("less", "green")
+
+
+def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                  highlight=False, soft_wrap=False)
+    con.print(Text("traceinspect diff", style="bold"))
+    for side in ("base", "new"):
+        s = dd[side]
+        steps = ", ".join(f"rank {r}: {fmt.count(n, 'step')}" for r, n in s["steps"].items()) or "no ranks"
+        con.print(f"{side:4s}: {s['source']} ({steps})")
+    o = dd.get("overall")
+    if o and o.get("delta_us") is not None:
+        v, style = _verdict(o, True)
+        line = Text("Step time (slowest rank): ", style="bold")
+        line.append(f"{_ms(o['base']['mean_us'])} ms (rank {o['base_rank']}) -> {_ms(o['new']['mean_us'])} ms "
+                     f"(rank {o['new_rank']}), {_delta(o).split(' (')[0]} ms")
+        if o.get("rel_change") is not None:
+            line.append(f" ({100 * o['rel_change']:+.1f} %)")
+        line.append(": ")
+        line.append(v, style=style)
+        con.print(line)
+    con.print(Text(f"Noise rule: {dd['rule']['text']}.", style="dim"))
+    for rk in dd["ranks"]:
+        con.print()
+        names = (f"rank {rk['base_rank']}" if rk["base_rank"] == rk["new_rank"]
+                 else f"base rank {rk['base_rank']} vs new rank {rk['new_rank']}")
+        basis = rk["basis"]
+        what = ("GPU timeline" if basis["base"] == "gpu" else "training thread") if basis["base"] == basis["new"] \
+            else f"basis changed: {basis['base']} -> {basis['new']}"
+        con.print(Text(f"{names.capitalize()} · {what} · ms per step, mean ± sd over "
+                       f"{len(rk['steps']['base'])} / {len(rk['steps']['new'])} steps", style="bold"))
+        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        for col, just in (("category", "left"), ("base", "right"), ("new", "right"), ("change ms", "right"),
+                          ("noise 2·SE", "right"), ("", "left")):
+            t.add_column(col, justify=just)
+        for row in rk["metrics"]:
+            v, style = _verdict(row, row["metric"] == "wall")
+            t.add_row(LABELS.get(row["metric"], row["metric"]), _mean_sd(row["base"]), _mean_sd(row["new"]),
+                      _delta(row), _ms(row["noise_us"]), Text(v, style=style))
+        con.print(t)
+    if dd["only_in_base"] or dd["only_in_new"]:
+        con.print()
+        if dd["only_in_base"]:
+            con.print(f"Ranks only in the base: {', '.join(map(str, dd['only_in_base']))}")
+        if dd["only_in_new"]:
+            con.print(f"Ranks only in the new run: {', '.join(map(str, dd['only_in_new']))}")
+        if not dd["ranks"] and dd["only_in_base"] and dd["only_in_new"]:
+            con.print(Text(f"No rank is in both runs; to compare two different ranks: --pair "
+                           f"{dd['only_in_base'][0]}:{dd['only_in_new'][0]}", style="yellow"))
+    f = dd["findings"]
+    con.print()
+    con.print(Text("Findings", style="bold"))
+    if not any(f.values()):
+        con.print("  none in either run")
+    for e in f["disappeared"]:
+        con.print(Text(f"  gone:      [{e['severity']['base']}] {e['id']}: {e['title_base']}", style="green"))
+    for e in f["appeared"]:
+        con.print(Text(f"  new:       [{e['severity']['new']}] {e['id']}: {e['title_new']}", style="red"))
+    for e in f["severity_changed"]:
+        con.print(Text(f"  {e['direction'] + ':':10s} {e['id']}: {e['severity']['base']} -> {e['severity']['new']} "
+                       f"({e['title_new']})", style="green" if e["direction"] == "better" else "red"))
+    for e in f["unchanged"]:
+        at = e["time_at_stake_us"]
+        stake = (f", at stake {_ms(at['base'])} -> {_ms(at['new'])} ms/step"
+                 if at["base"] is not None and at["new"] is not None else "")
+        con.print(Text(f"  unchanged: [{e['severity']['new']}] {e['id']}{stake}", style="dim"))
+    return buf.getvalue()

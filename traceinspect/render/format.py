@@ -1,0 +1,207 @@
+"""One way to write numbers and units, for every renderer.
+
+The report keeps raw units (microseconds, bytes, shares 0..1); these functions turn them into text: milliseconds,
+MB (10^6 bytes), MiB where DDP means 2^20, GB/s, percentages and counts with their noun. ``None`` (unknown) is
+always ``-``. No scientific notation, no raw floats: ``value(key, v)`` picks the unit from the evidence key's name
+(``*_us*`` -> ms, ``*_bytes*`` -> MB, ``*share*`` -> %, ``*_gbps`` -> GB/s, ``*_mb`` -> MiB).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+DASH = "-"
+
+_IRREGULAR = {"copy": "copies", "sample": "samples", "this": "these", "bus": "buses"}
+
+
+def _bad(x) -> bool:
+    return x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x) or math.isinf(x)
+
+
+def number(x, digits: int = 3) -> str:
+    """A plain number: integers with thousands separators, others to ``digits`` significant digits (no exponent)."""
+    if _bad(x):
+        return DASH
+    if float(x) == int(x) and abs(x) < 1e15:
+        return f"{int(x):,}"
+    ax = abs(x)
+    if ax >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    decimals = digits - 1 - (math.floor(math.log10(ax)) if ax > 0 else 0)
+    text = f"{x:.{max(decimals, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def ms_num(us, decimals: int = 2) -> str:
+    """Microseconds as a bare number of milliseconds (tables whose header says ms)."""
+    return DASH if _bad(us) else f"{round(us / 1000, decimals) + 0.0:.{decimals}f}"
+
+
+def ms(us, decimals: int = 2) -> str:
+    """Microseconds as milliseconds with the unit: ``17.74 ms``; below 10 us in microseconds (``4.2 us``)."""
+    if _bad(us):
+        return DASH
+    if us and abs(us) < 10:
+        return f"{us:.1f} us"
+    return f"{ms_num(us, decimals)} ms"
+
+
+def signed_ms(us, decimals: int = 2) -> str:
+    return DASH if _bad(us) else f"{round(us / 1000, decimals) + 0.0:+.{decimals}f} ms"
+
+
+def mb_num(b) -> str:
+    return DASH if _bad(b) else f"{b / 1e6:.1f}"
+
+
+def mb(b) -> str:
+    """Bytes as MB (10^6 bytes): ``67.1 MB``; small amounts in KB or B."""
+    if _bad(b):
+        return DASH
+    if abs(b) >= 1e5:
+        return f"{b / 1e6:,.1f} MB"
+    if abs(b) >= 1e3:
+        return f"{b / 1e3:.1f} KB"
+    return f"{b:.0f} B"
+
+
+def mib(v) -> str:
+    """A size in MiB as the user wrote it (DDP's bucket_cap_mb): 3 significant digits, ``0.01 MiB``."""
+    return DASH if _bad(v) else f"{number(v)} MiB"
+
+
+def gbps(v) -> str:
+    return DASH if _bad(v) else f"{number(v)} GB/s"
+
+
+def pct_num(share, decimals: int = 0) -> str:
+    """A share 0..1 as a bare percentage (tables whose header says %)."""
+    return DASH if _bad(share) else f"{round(100 * share, decimals) + 0.0:.{decimals}f}"
+
+
+def pct(share, decimals: int = 1) -> str:
+    """A share 0..1 as ``20.5 %``."""
+    return DASH if _bad(share) else f"{pct_num(share, decimals)} %"
+
+
+def share(part, whole) -> float | None:
+    if _bad(part) or _bad(whole) or not whole:
+        return None
+    return part / whole
+
+
+def plural(noun: str, n) -> str:
+    if n == 1:
+        return noun
+    head, _, last = noun.rpartition(" ")
+    word = _IRREGULAR.get(last) or (last[:-1] + "ies" if last.endswith("y") and last[-2:-1] not in "aeiou"
+                                    else last + ("es" if last.endswith(("s", "x", "ch", "sh")) else "s"))
+    return f"{head} {word}" if head else word
+
+
+def count(n, noun: str, *, about: bool = False) -> str:
+    """``count(1, "window")`` -> ``1 window``; ``count(4, "all-reduce call")`` -> ``4 all-reduce calls``."""
+    if _bad(n):
+        return f"{DASH} {plural(noun, 2)}"
+    shown = number(round(n, 1) if not float(n).is_integer() else int(n))
+    return f"{'about ' if about else ''}{shown} {plural(noun, 1 if shown == '1' else 2)}"
+
+
+def ranges(xs) -> str:
+    """[0, 1, 2, 5] -> ``0-2, 5``; empty -> ``-``."""
+    xs = sorted(int(x) for x in xs or [])
+    if not xs:
+        return DASH
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if x is not None:
+            start = prev = x
+    return ", ".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evidence: labelled values with units
+
+_TOKENS = {"h2d": "H2D", "d2h": "D2H", "d2d": "D2D", "cpu": "CPU", "gpu": "GPU", "ddp": "DDP", "nccl": "NCCL",
+           "fp32": "fp32", "tf32": "TF32", "amp": "AMP", "sm": "SM"}
+_UNIT_TOKENS = ("us", "bytes", "gbps", "mb", "ms")
+
+
+def unit_of(key: str) -> str | None:
+    """The unit a key's name implies: ms (``*_us*``), MB (``*_bytes*``), MiB (``*_mb``), GB/s, % (``*share*``)."""
+    parts = key.lower().split("_")
+    if "gbps" in parts:
+        return "GB/s"
+    if "us" in parts:
+        return "ms"
+    if "bytes" in parts:
+        return "MB"
+    if parts[-1] == "mb" or "mb" in parts:
+        return "MiB"
+    if "share" in parts or key.lower().startswith("share") or parts[-1] in ("util", "fraction", "saving"):
+        return "%"
+    return None
+
+
+def label(key: str) -> str:
+    """``pageable_h2d_bytes_per_step`` -> ``pageable H2D per step``: the key without its unit, in words."""
+    words = [w for w in str(key).split("_") if w and w.lower() not in _UNIT_TOKENS]
+    if not words:
+        return str(key)
+    if unit_of(str(key)) == "ms" and "time" not in words:  # "idle_us_per_step": the unit was the noun
+        at = words.index("per") if "per" in words else len(words)
+        words.insert(at, "time")
+    return " ".join(_TOKENS.get(w.lower(), w) for w in words)
+
+
+def with_unit(unit: str | None, v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if _bad(v):
+        return DASH if not isinstance(v, str) else v
+    return {"ms": ms, "MB": mb, "MiB": mib, "GB/s": gbps, "%": pct}.get(unit, number)(v)
+
+
+def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6) -> str:
+    """One evidence value as text: numbers with their unit, dicts as ``name value, ...``, lists joined (the first
+    ``items`` entries of a list of records, then how many more)."""
+    unit = unit or unit_of(str(key))
+    if isinstance(v, dict):
+        if depth >= 2:
+            return f"{len(v)} entries"
+        return ", ".join(f"{label(k)} {value(k, x, unit_of(str(k)) or unit, depth + 1)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in v) and str(key) in ("steps", "ranks"):
+            return ranges(v)
+        if all(not isinstance(x, (dict, list)) for x in v):
+            return ", ".join(value(key, x, unit, depth + 1) for x in v) or DASH
+        more = f"; and {len(v) - items} more" if len(v) > items else ""
+        return "; ".join(value(key, x, unit, depth + 1) for x in v[:items]) + more
+    if isinstance(v, str):
+        return v
+    return with_unit(unit, v)
+
+
+def evidence_items(ev: dict, rank=None, items: int = 6) -> list[tuple[str, str]]:
+    """(label, value text) pairs of a finding's evidence, for one rank (the given one, else the first listed)."""
+    per_rank = ev.get("per_rank") if isinstance(ev, dict) else None
+    src = ev
+    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
+        src = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])
+    n = items
+    pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
+    skip = ("per_rank", "steps", "rank")
+    return [(label(k), value(k, v, items=n)) for k, v in pairs if k not in skip and v is not None]
+
+
+_WS = re.compile(r"\s+")
+
+
+def one_line(text: str) -> str:
+    return _WS.sub(" ", text or "").strip()

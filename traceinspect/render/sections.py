@@ -1,0 +1,221 @@
+"""The report's sections as plain strings, shared by the terminal, Markdown, HTML and TensorBoard renderers.
+
+Each renderer lays these out in its own markup; the words and numbers come from here, so every page shows the same
+sections (``vocabulary.SECTIONS``) with the same numbers written the same way (``format``).
+"""
+
+from __future__ import annotations
+
+from . import format as fmt
+from .vocabulary import STEP_EXTRA, STEP_EXTRA_GPU, SYNTHETIC_NOTE, breakdown, label
+
+MAX_STEP_ROWS = 12
+
+_FILL_WORDS = {"copy": "copies (no kernel running)", "dataloader": "waiting for data",
+               "sync": "the CPU blocked in syncs", "other": "launch gaps (the CPU not issuing kernels)"}
+
+
+def verdict(d: dict) -> str:
+    """One line: the slowest rank's step, the step if every finding were fixed, the largest claims first (the
+    document's ``verdict``); a report without it (an older version's) gets the slowest rank's split of the step."""
+    v = d.get("verdict")
+    if v and v.get("text"):
+        findings = d.get("findings") or []
+        counts = [(sev, sum(1 for f in findings if f["severity"] == sev)) for sev in ("critical", "warning")]
+        counts = [f"{n} critical" if sev == "critical" else fmt.count(n, sev) for sev, n in counts if n]
+        return f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
+                                                  " · no warning or critical finding")
+    return breakdown_verdict(d)
+
+
+def breakdown_verdict(d: dict) -> str:
+    """The slowest rank's mean step and where it went, plus the worst findings."""
+    ranks = [r for r in d.get("ranks") or [] if (r.get("summary") or {}).get("steps")]
+    if not ranks:
+        return "no steps found"
+    r = max(ranks, key=lambda x: x["summary"]["mean_wall_us"] or 0)
+    s = r["summary"]
+    wall = s["mean_wall_us"] or 0
+    parts = sorted((s.get("mean_breakdown_us") or {}).items(), key=lambda kv: -(kv[1] or 0))
+    shares = ", ".join(f"{fmt.pct_num(v / wall)} % {label(k)}" for k, v in parts if wall and v and v / wall >= 0.01)
+    line = f"step {fmt.ms(wall, 1)} on rank {r['rank']}: {shares}"
+    findings = d.get("findings") or []
+    if findings:
+        f = findings[0]
+        more = len(findings) - 1
+        line += f" · {f['severity']}: {f['id']}" + (f" (+{more} more)" if more else "")
+    else:
+        line += " · no problems found"
+    return line
+
+
+def shown_steps(steps: list[dict]) -> list[dict]:
+    """Long runs show their slowest steps (in step order); the JSON report has them all."""
+    if len(steps) <= MAX_STEP_ROWS:
+        return steps
+    slowest = sorted(steps, key=lambda s: -(s["wall_us"] or 0))[:MAX_STEP_ROWS]
+    return sorted(slowest, key=lambda s: s["step"])
+
+
+def has_allreduce(r: dict) -> bool:
+    return any("allreduce_count" in s for s in r.get("steps") or [])
+
+
+def step_header(r: dict) -> list[str]:
+    """Column headers of a rank's step table: step, wall, the breakdown (% of the step), then the extras."""
+    head = ["step", "wall ms"] + [f"{short} %" for _k, short, _l in breakdown(r["basis"])]
+    if r["basis"] == "gpu":
+        head += [h for _k, h, _u in STEP_EXTRA_GPU]
+    head += [h for _k, h, _u in STEP_EXTRA]
+    if has_allreduce(r):
+        head += ["AR n", "AR MB"]
+    return head
+
+
+def step_cells(r: dict, s: dict) -> list[str]:
+    wall = s.get("wall_us")
+    bd = s.get("breakdown_us") or {}
+    cells = [step_name(s), fmt.ms_num(wall)]
+    cells += [fmt.pct_num(fmt.share(bd.get(k), wall)) for k, _s, _l in breakdown(r["basis"])]
+    extras = (STEP_EXTRA_GPU if r["basis"] == "gpu" else ()) + STEP_EXTRA
+    cells += [fmt.ms_num(s.get(k)) if u == "ms" else fmt.mb_num(s.get(k)) for k, _h, u in extras]
+    if has_allreduce(r):
+        cells += [fmt.number(s.get("allreduce_count")), fmt.mb_num(s.get("allreduce_bytes"))]
+    return cells
+
+
+def step_name(s: dict) -> str:
+    return str(s["step"]) + ("*" if s.get("synthetic") else "")
+
+
+def any_synthetic(d: dict) -> bool:
+    return any(s.get("synthetic") for r in d.get("ranks") or [] for s in r.get("steps") or [])
+
+
+def rank_title(r: dict) -> str:
+    dev = r.get("device") or ("CPU only" if r["basis"] == "cpu" else "GPU")
+    basis = "GPU timeline, exposed % of step" if r["basis"] == "gpu" else "training thread, % of step"
+    return f"Rank {r['rank']} · {dev} · {fmt.count(len(r.get('steps') or []), 'step')} · {basis}"
+
+
+def steps_note(r: dict) -> str | None:
+    """Said under a table that shows only the slowest steps."""
+    steps = r.get("steps") or []
+    if len(steps) <= MAX_STEP_ROWS:
+        return None
+    s = r.get("summary") or {}
+    return (f"{len(steps)} steps, the {MAX_STEP_ROWS} slowest shown (all in the JSON report); step wall mean "
+            f"{fmt.ms(s.get('mean_wall_us'))}, min {fmt.ms(s.get('min_wall_us'))}, max {fmt.ms(s.get('max_wall_us'))}")
+
+
+def rank_notes(r: dict) -> list[str]:
+    """Said under a rank's step table: slowest steps only, GPU backlog left out, steps cut short (docs/metrics.md)."""
+    out = [n for n in [steps_note(r)] if n]
+    backlog = [s for s in r.get("steps") or [] if s.get("backlog_us")]
+    if backlog:
+        out.append("GPU backlog from before the window (not counted in the step): "
+                   + ", ".join(f"step {s['step']} {fmt.ms(s['backlog_us'])}" for s in backlog))
+    for p in r.get("partial_steps") or []:
+        out.append(f"step {p['step']} ({fmt.ms(p['cpu_us'])}) was cut short at the end of the recording: "
+                   "seen, not counted as a step")
+    return out
+
+
+MAX_RUN_ROWS = 6
+
+
+def runs_lines(d: dict) -> list[str]:
+    """What the folder held (docs/folders.md): said when it held several runs, windows or copies."""
+    runs = d.get("runs") or {}
+    if not runs.get("notable"):
+        return []
+    out = [runs["summary"]]
+    others = [r for r in runs.get("runs") or [] if not r.get("selected")]
+    for r in others[-MAX_RUN_ROWS:]:
+        folders = ", ".join(r["folders"][:2]) + (" ..." if len(r["folders"]) > 2 else "")
+        ranks = f"rank{'s' if len(r['ranks']) > 1 else ''} {fmt.ranges(r['ranks'])}"
+        out.append(f"  run {r['run']}: {folders} · {ranks} · {fmt.count(r['files'], 'file')}"
+                   + (f" · {r['start']}" if r.get("start") else ""))
+    if len(others) > MAX_RUN_ROWS:
+        out.append(f"  ({len(others) - MAX_RUN_ROWS} older runs in the JSON report)")
+    return out
+
+
+def footnotes(d: dict) -> list[str]:
+    return [SYNTHETIC_NOTE] if any_synthetic(d) else []
+
+
+def utilization(r: dict) -> str | None:
+    """The nvidia-smi view of one rank (docs/utilization.md), or None when the rank has none."""
+    s = (r.get("utilization") or {}).get("summary")
+    if not s or s.get("mean_util") is None:
+        return None
+    line = (f"{fmt.ms(s.get('window_us'), 0)} samples, {fmt.count(s.get('windows'), 'window')}: GPU-Util mean "
+            f"{fmt.pct(s.get('mean_util'), 0)}, min {fmt.pct(s.get('min_util'), 0)}, "
+            f"max {fmt.pct(s.get('max_util'), 0)}; "
+            f"{fmt.pct(s.get('share_below_50'), 0)} of samples below 50 %")
+    filler = s.get("low_filler")
+    if filler in _FILL_WORDS and s.get(f"low_fill_{filler}") is not None:
+        line += f", their non-kernel time mostly {_FILL_WORDS[filler]} ({fmt.pct(s[f'low_fill_{filler}'], 0)})"
+    if (s.get("mean_comm_only") or 0) >= 0.05:
+        line += f"; {fmt.pct(s['mean_comm_only'], 0)} of the time only NCCL kernels ran (counted busy by NVML)"
+    return line
+
+
+def finding_meta(f: dict) -> str:
+    at = f.get("time_at_stake_us")
+    share = f.get("share_of_step")
+    return (f"ranks {fmt.ranges(f.get('ranks'))} · steps {fmt.ranges(f.get('steps'))}"
+            + (f" · at stake about {fmt.ms(at)} per step" if at else "")
+            + (f" ({fmt.pct(share, 0)} of the step)" if at and share is not None else ""))
+
+
+def finding_notes(f: dict) -> list[str]:
+    """Why the finding has its severity, and the idle time another finding claims instead."""
+    out = []
+    if f.get("severity_reason"):
+        out.append(f"{f['severity']}: {f['severity_reason']}")
+    if f.get("explained_by"):
+        why = ", ".join(f"{e['id']} {fmt.ms(e['us'])}" for e in f["explained_by"])
+        out.append(f"idle explained by: {why} (claimed there, not here)")
+    return out
+
+
+def evidence_rows(f: dict) -> tuple[list[str], list[tuple[str, list[str]]], int, list[tuple[str, str]]]:
+    """A finding's evidence as labelled values: (rank columns, [(label, [value per rank])], ranks left out,
+    [(label, value)] of the evidence that is not per rank). Steps are in the finding's meta line."""
+    ev = f.get("evidence") or {}
+    per_rank = ev.get("per_rank")
+    cols, rows, left = [], [], 0
+    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
+        shown = per_rank[:8]
+        keys = [k for k in dict.fromkeys(k for x in shown for k in x) if k not in ("rank", "steps")]
+        cols = [f"rank {x.get('rank', '?')}" for x in shown]
+        rows = [(fmt.label(k), [fmt.value(k, x.get(k)) for x in shown]) for k in keys]
+        left = len(per_rank) - len(shown)
+    rest = [(fmt.label(k), fmt.value(k, v)) for k, v in ev.items()
+            if k not in ("steps", "rank") and v is not None and not (k == "per_rank" and cols)]
+    return cols, rows, left, rest
+
+
+def evidence_lines(f: dict, rank=None, limit: int | None = None, width: int | None = None,
+                   items: int = 6) -> list[str]:
+    """``label: value`` lines of one rank's evidence (the given rank, else the first listed), then the rest; at
+    most ``limit`` lines of at most ``width`` characters (the JSON report has all of it)."""
+    ev = f.get("evidence") or {}
+    per_rank = ev.get("per_rank")
+    lines = [f"{k}: {v}" for k, v in fmt.evidence_items(ev, rank, items=items)]
+    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
+        shown = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])  # as evidence_items picks
+        lines.insert(0, f"rank: {shown.get('rank', '?')}")  # whose evidence this is (the rank the title names)
+    if width:
+        lines = [x if len(x) <= width else x[: width - 2].rstrip(" ,;") + " \u2026" for x in lines]
+    if limit and len(lines) > limit:
+        lines = lines[:limit] + [f"(and {fmt.count(len(lines) - limit, 'more value')} in the JSON report)"]
+    if isinstance(per_rank, list) and len(per_rank) > 1:
+        lines.append(f"(and {fmt.count(len(per_rank) - 1, 'more rank')} in the JSON report)")
+    return lines
+
+
+def skipped(d: dict) -> list[str]:
+    return [f"{s['file']}: {s['reason']}" for s in d.get("skipped") or []]

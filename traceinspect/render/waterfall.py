@@ -1,0 +1,93 @@
+"""The waterfall of the step: from the measured step, each finding's claimed time, down to the projected step.
+
+Read from the document: the top-level ``verdict`` names the rank; that rank's ``step_us``, ``projected_step_us``
+and ``claims`` (``[{"id", "us"}]``: per-step time each finding claims, disjoint, so they add up) give the bars.
+Reports without claims have no waterfall (``rows`` returns None). Formatting and layout only.
+"""
+
+from __future__ import annotations
+
+from . import format as fmt
+
+MIN_US = 5.0  # claims below this (0.00 ms as written) get no bar of their own; the count is said instead
+SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#0B57D0"}
+BAR = "\u2588"
+
+
+def rows(d: dict) -> dict | None:
+    """{"rank", "step_us", "projected_step_us", "claims": [{"id", "title", "severity", "us", "from_us"}], "tiny"}
+    or None; ``tiny`` counts the claims too small to draw."""
+    ranks = {r.get("rank"): r for r in d.get("ranks") or []}
+    v = d.get("verdict") or {}
+    r = ranks.get(v.get("rank"))
+    if r is None:
+        withs = [x for x in ranks.values() if x.get("step_us") is not None]
+        r = max(withs, key=lambda x: x["step_us"], default=None)
+    if r is None or r.get("step_us") is None or not isinstance(r.get("claims"), list):
+        return None
+    by_id = {f.get("id"): f for f in d.get("findings") or []}
+    at = float(r["step_us"])
+    claims, tiny = [], 0
+    for c in r["claims"]:
+        us = c.get("us")
+        if not us or us < MIN_US:
+            tiny += 1 if us else 0
+            continue
+        f = by_id.get(c.get("id")) or {}
+        claims.append({"id": c.get("id"), "title": f.get("title", ""), "severity": f.get("severity", "info"),
+                       "us": float(us), "from_us": at})
+        at -= float(us)
+    proj = r.get("projected_step_us")
+    return {"rank": r["rank"], "step_us": float(r["step_us"]), "claims": claims, "tiny": tiny,
+            "projected_step_us": float(proj) if proj is not None else at, "text": v.get("text")}
+
+
+def bar_lines(w: dict, width: int = 40) -> list[str]:
+    """The waterfall as short text bars: one line per bar, aligned, ``width`` characters for the measured step."""
+    step = w["step_us"] or 1.0
+    name_w = max([len("measured step"), len("projected step")] + [len(c["id"]) + 2 for c in w["claims"]])
+
+    def bar(lo: float, hi: float) -> str:
+        a, b = round(width * lo / step), round(width * hi / step)
+        return " " * a + BAR * max(b - a, 1 if hi > lo else 0)
+
+    out = [f"{'measured step':<{name_w}}  {fmt.ms(w['step_us']):>10}  {bar(0, w['step_us'])}"]
+    for c in w["claims"]:
+        drawn = bar(c["from_us"] - c["us"], c["from_us"])
+        out.append(f"{'- ' + c['id']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {drawn}")
+    out.append(f"{'projected step':<{name_w}}  {fmt.ms(w['projected_step_us']):>10}  {bar(0, w['projected_step_us'])}")
+    if w.get("tiny"):
+        out.append(f"({fmt.count(w['tiny'], 'more finding')} claiming under {fmt.ms(MIN_US * 1.0, 3)} per step)")
+    return out
+
+
+def figure(d: dict, new_figure):
+    """Horizontal waterfall bars (ms): measured step, each claim, projected step. None without claims."""
+    w = rows(d)
+    if w is None or not w["claims"]:
+        return None
+    labels = ["measured step"] + [c["id"] for c in w["claims"]] + ["projected step"]
+    n = len(labels)
+    fig = new_figure(10.0, min(max(1.5 + 0.42 * n, 2.8), 9.0))
+    ax = fig.add_subplot()
+    ys = list(range(n))[::-1]
+    ms = lambda us: us / 1000.0  # noqa: E731
+    ax.barh(ys[0], ms(w["step_us"]), color="#5F6368", height=0.6, gid="wf:measured")
+    for y, c in zip(ys[1:-1], w["claims"]):
+        ax.barh(y, ms(c["us"]), left=ms(c["from_us"] - c["us"]), height=0.6,
+                color=SEVERITY_COLORS.get(c["severity"], "#0B57D0"), gid=f"wf:{c['id']}")
+        ax.annotate(fmt.signed_ms(-c["us"]), xy=(ms(c["from_us"]), y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.barh(ys[-1], ms(w["projected_step_us"]), color="#137333", height=0.6, gid="wf:projected")
+    for y, us in ((ys[0], w["step_us"]), (ys[-1], w["projected_step_us"])):
+        ax.annotate(fmt.ms(us), xy=(ms(us), y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=9)
+    ax.set_xlim(0, ms(w["step_us"]) * 1.15)
+    ax.set_xlabel("time per step (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle(f"Where the step could go · rank {w['rank']}: {fmt.ms(w['step_us'])} measured, "
+                 f"{fmt.ms(w['projected_step_us'])} with every finding fixed", fontsize=11)
+    return fig
