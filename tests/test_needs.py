@@ -46,8 +46,8 @@ def test_missing_step_column_is_an_error_not_silence():
     out = finish(rep.source, [broken], list(rep.skipped), rep.world_size, NOCACHE)
     assert f"rule host-sync cannot run on rank {ra.rank}: missing sync_us" in out.errors
     assert "host-sync" not in {f.id for f in out.findings}
-    # The other rules ran as before.
-    assert [x for x in _ids(out) if x[0] != "host-sync"] == [x for x in _ids(rep) if x[0] != "host-sync"]
+    # The other rules ran as before (their severities may move: host-sync's share of the step is free to claim).
+    assert sorted(x[0] for x in _ids(out)) == sorted(x[0] for x in _ids(rep) if x[0] != "host-sync")
 
 
 def test_missing_table_is_an_error():
