@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from reference import union_us as union
+
 import re
 
 import pytest
@@ -48,21 +50,6 @@ def reference_steps(raw: dict) -> list[dict]:
     if not launch:  # a file that links no launch to GPU work cannot tell backlog apart
         backlog = set()
 
-    def union(intervals, start, end):
-        iv = sorted((max(a, start), min(b, end)) for a, b in intervals)
-        total, cur_s, cur_e = 0.0, None, None
-        for a, b in iv:
-            if b <= a:
-                continue
-            if cur_e is None or a > cur_e:
-                if cur_e is not None:
-                    total += cur_e - cur_s
-                cur_s, cur_e = a, b
-            else:
-                cur_e = max(cur_e, b)
-        if cur_e is not None:
-            total += cur_e - cur_s
-        return total
 
     out = []
     for i, s in enumerate(steps):

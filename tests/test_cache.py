@@ -3,6 +3,8 @@ miss and never runs; a size cap; and the cached re-report imports no pandas."""
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 import os
 import pickle
@@ -231,3 +233,20 @@ def test_observer_hears_begin_progress_and_end(tmp_path):
     log2 = Log()
     report_folder(folder, cfg, log2)
     assert log2.calls == [("end", True)]
+
+
+def test_cached_report_names_the_files_as_given_from_another_folder(tmp_path, monkeypatch):
+    """The same traces reported from two working folders under two relative spellings: each report names its
+    source and files as given, though the second could have come from the first's cache."""
+    folder = _copy_fixture(tmp_path / "runs" / "traces")
+    cache_dir = tmp_path / "cache"
+    outs = []
+    for cwd, rel in ((tmp_path / "runs", "traces"), (tmp_path, "runs/traces")):
+        monkeypatch.chdir(cwd)
+        out = tmp_path / f"r-{len(outs)}.json"
+        assert main(["report", rel, "--json", str(out), "-q", "--cache-dir", str(cache_dir)]) == 0
+        outs.append((rel, json.loads(out.read_text())))
+    for rel, d in outs:
+        assert d["source"] == rel
+        assert all(f.startswith(rel + "/") for r in d["ranks"] for f in r["files"]), rel
+    assert folder.is_dir()

@@ -152,3 +152,14 @@ def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     (tmp_path / "rank0.json").write_text("{")
     third = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
     assert "rank0.json" in third.stdout and third.stdout != first.stdout
+
+
+def test_unreachable_dask_scheduler_is_said_then_one_line(tmp_path):
+    """A scheduler address nothing listens on: the wait is announced before it starts, and it ends in one line."""
+    pytest.importorskip("dask.distributed")
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "big_baseline"
+    p = run_cli("report", folder, "--executor", "dask", "--scheduler", "tcp://127.0.0.1:9", "--no-cache")
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert lines[0].startswith("traceinspect: connecting to the Dask scheduler tcp://127.0.0.1:9")
+    assert "cannot reach the Dask scheduler tcp://127.0.0.1:9" in lines[-1] and "Traceback" not in p.stderr

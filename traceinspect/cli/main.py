@@ -136,16 +136,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
             click.echo(text)
         else:
             _write(json_path, text)
-    if md_path:
-        from ..render.markdown import render_markdown
-
-        _write(md_path, render_markdown(d))
-    if out_dir:
-        _write_out_dir(out_dir, d)
-    if html_path:
-        from ..render.html import render_html
-
-        _write(html_path, render_html(d))
+    _write_documents(d, md_path, out_dir, html_path)
     if tb_dir is not None:
         from ..render.tensorboard import write_tensorboard
 
@@ -201,6 +192,20 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+def _write_documents(d: dict, md_path: str | None, out_dir: str | None, html_path: str | None) -> None:
+    """The Markdown, --out folder and HTML outputs of a report document (``report`` and ``render`` alike)."""
+    if md_path:
+        from ..render.markdown import render_markdown
+
+        _write(md_path, render_markdown(d))
+    if out_dir:
+        _write_out_dir(out_dir, d)
+    if html_path:
+        from ..render.html import render_html
+
+        _write(html_path, render_html(d))
+
+
 def _write_out_dir(out_dir: str, d: dict) -> None:
     from ..render.markdown import render_markdown
 
@@ -240,16 +245,7 @@ def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
 
     d = _load_report(report_json)
     _check_targets(md_path, html_path, out_dir=out_dir)
-    if md_path:
-        from ..render.markdown import render_markdown
-
-        _write(md_path, render_markdown(d))
-    if out_dir:
-        _write_out_dir(out_dir, d)
-    if html_path:
-        from ..render.html import render_html
-
-        _write(html_path, render_html(d))
+    _write_documents(d, md_path, out_dir, html_path)
     if not quiet:
         w = width or (None if sys.stdout.isatty() else 120)
         click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)

@@ -184,7 +184,8 @@ def check(report, config) -> list[Finding]:
     fix = ("model = DistributedDataParallel(model, device_ids=[local_rank],\n"
            f"                                bucket_cap_mb={rec or 25})")
     if rec:
-        fix += (f"\n# {worst['calls_per_round_before']} -> about {worst['calls_per_round_after']} all-reduce calls "
+        after = worst["calls_per_round_after"]
+        fix += (f"\n# {worst['calls_per_round_before']} -> about {after} all-reduce call{'' if after == 1 else 's'} "
                 f"per backward pass")
     return [Finding(
         id=ID, severity=sev, title=title,

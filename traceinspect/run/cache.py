@@ -93,7 +93,9 @@ def result_key(kind: str, files: list, config: Config) -> str | None:
     try:
         parts = [kind, _code_version(), repr(sorted((k, v) for k, v in config.__dict__.items()
                                                    if k not in _NOT_IN_KEY))]
-        parts += [_key(Path(f)) for f in sorted(map(str, files))]
+        # The paths as given go into the key too: the results name their files (and the report its source) as the
+        # user spelled them, so the same files reached from another folder are another entry, never stale names.
+        parts += [f"{f}|{_key(Path(f))}" for f in sorted(map(str, files))]
     except OSError:
         return None
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:24]

@@ -9,6 +9,7 @@ report is the same. Workers must see the trace files under the same paths (a sha
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,10 @@ from ..load.reader import ProgressFn
 from .local import done, plan, rank_task
 from .pool import worker_count
 
+
+# How long to wait for a scheduler that does not answer: long enough for a busy cluster, short enough to be
+# told of a wrong address before a user gives up.
+SCHEDULER_TIMEOUT_S = 10
 
 def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
                       progress: ProgressFn | None = None, client=None, run: int | None = None) -> Report:
@@ -34,7 +39,10 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
     if own:
         try:
             if scheduler:
-                client = Client(scheduler, timeout="30s")
+                # Said before the wait, so an unreachable address is not a silent pause.
+                print(f"traceinspect: connecting to the Dask scheduler {scheduler} (waiting up to "
+                      f"{SCHEDULER_TIMEOUT_S} s)", file=sys.stderr, flush=True)
+                client = Client(scheduler, timeout=f"{SCHEDULER_TIMEOUT_S}s")
             else:
                 cluster = LocalCluster(n_workers=worker_count(config), threads_per_worker=1, processes=True,
                                        dashboard_address=None)
