@@ -141,6 +141,7 @@ MADE_FOR = {
     "slow_loader": {"dataloader-stall"},
     "bf16_scaler": {"gradscaler-with-bf16"},
     "fp32": {"no-mixed-precision"},
+    "loss_item_sync": {"host-sync"},
     "single_adamw": {"optimizer-not-fused"},
     "deep_tiny": {"small-buckets"},
     "no_sync_off": {"sync-every-microstep"},

@@ -9,7 +9,9 @@ happens between steps and is not counted.
 **Condition**: the CPU is blocked for at least ``host_sync_share_warning`` (5 %) of the step's CPU time (*critical*
 at ``host_sync_share_critical``, 20 %). Why 5 %: one ``.item()`` per step for logging costs a little; more than
 that means the CPU repeatedly waits for the GPU to drain its queue and then has nothing queued, so the GPU idles
-while the CPU catches up.
+while the CPU catches up. It also fires, whatever the share, on steps where a scalar read (``aten::item`` /
+``aten::_local_scalar_dense``: ``.item()``, ``float(t)``) blocks: the pattern is reported, and its severity comes
+from what the GPU waited (docs/findings.md), so a scalar read that costs nothing is an info.
 
 **Evidence**: blocked time and number of blocking calls per step, the calls and the CPU ops that made them, and what
 the blocked time is (the title names the call and op that block most):
@@ -33,6 +35,8 @@ Use ``non_blocking=True`` copies into pinned buffers for results needed on the h
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from . import Needs
 from .finding import Finding
@@ -97,6 +101,15 @@ def _kind(calls, steps) -> tuple[str, float, float]:
     return "other", pageable, ddp
 
 
+def _item_calls(calls, steps) -> np.ndarray:
+    """Per step: blocking calls made by a scalar read (``ITEM_OPS``), 0 where the table has none."""
+    if calls is None or not len(calls) or "op" not in calls:
+        return np.zeros(len(steps))
+    c = calls[calls["op"].isin(ITEM_OPS)]
+    per_step = c.groupby("step")["count"].sum()
+    return steps.map(per_step).fillna(0).to_numpy(dtype=float)
+
+
 def check(report, config) -> list[Finding]:
     per_rank, ranks, steps = [], [], set()
     worst = None
@@ -105,12 +118,15 @@ def check(report, config) -> list[Finding]:
         if ra.basis != "gpu" or "sync_us" not in s or not len(s):
             continue
         share = s["sync_us"] / s["cpu_step_us"].where(s["cpu_step_us"] > 0)
-        mask = (share >= config.host_sync_share_warning).fillna(False).to_numpy()
+        calls = ra.tables.get("sync_calls")
+        # A scalar read (.item(), a Python float of a tensor) in every step is the pattern to report even where it
+        # is cheap: the accounting then says what it costs (often nothing on a GPU-bound step).
+        items = _item_calls(calls, s["step"])
+        mask = ((share >= config.host_sync_share_warning).fillna(False).to_numpy() | (items >= 1))
         if not mask.any():
             continue
         sh = mean(share[mask])
         sev = severity_for(sh, config.host_sync_share_warning, config.host_sync_share_critical) or "warning"
-        calls = ra.tables.get("sync_calls")
         flagged = set(s.loc[mask, "step"])
         nsteps = max(int(mask.sum()), 1)
         top = _top_calls(calls, flagged, nsteps)
@@ -124,6 +140,7 @@ def check(report, config) -> list[Finding]:
                 "steps": step_ids(s, mask),
                 "blocked_us_per_step": us,
                 "blocking_calls_per_step": mean(s.loc[mask, "sync_count"]),
+                "item_calls_per_step": float(items[mask].mean()),
                 "share_of_step": sh,
                 "pageable_copy_us_per_step": pageable_us / nsteps,
                 "ddp_runtime_stats_us_per_step": ddp_us / nsteps,
@@ -137,7 +154,12 @@ def check(report, config) -> list[Finding]:
         return []
     sh, sev, rank, us, top, kind = worst
     per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank whose numbers the title gives comes first
-    head = f"CPU blocked on the GPU {us / 1000:.1f} ms per step, {100 * sh:.0f} % of the step"
+    blocked = f"{us / 1000:.1f} ms" if us >= 1000 else f"{us / 1000:.2f} ms"
+    head = f"CPU blocked on the GPU {blocked} per step, {100 * sh:.0f} % of the step" if sh >= 0.01 else \
+        f"CPU blocked on the GPU {blocked} per step, {100 * sh:.1f} % of the step"
+    items = next((e["item_calls_per_step"] for e in per_rank if e["rank"] == rank), 0.0)
+    if items >= 1:
+        head = f"{items:.0f} scalar reads (.item()) per step wait for the GPU; the " + head[0].lower() + head[1:]
     extra = {}
     if kind == "pageable":
         title = head + " in pageable copies" + (f" ({top[0]['call']} from {top[0]['op']})" if top else "")
