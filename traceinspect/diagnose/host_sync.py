@@ -159,7 +159,7 @@ def check(report, config) -> list[Finding]:
         f"CPU blocked on the GPU {blocked} per step, {100 * sh:.1f} % of the step"
     items = next((e["item_calls_per_step"] for e in per_rank if e["rank"] == rank), 0.0)
     if items >= 1:
-        head = f"{items:.0f} scalar reads (.item()) per step wait for the GPU; the " + head[0].lower() + head[1:]
+        head = f"{items:.0f} scalar reads (.item()) per step wait for the GPU; " + head
     extra = {}
     if kind == "pageable":
         title = head + " in pageable copies" + (f" ({top[0]['call']} from {top[0]['op']})" if top else "")
