@@ -4,7 +4,7 @@
     python benchmarks/first_output.py traceinspect report DIR --no-cache
 
 The command runs under a pseudo-terminal (as in a user's shell, so progress bars that only show on a terminal
-count); stdout and stderr both go to it. Prints one JSON line: {"first_output_s", "exit_s", "rc", "first"}.
+count); stdout and stderr both go to it; escape sequences alone (hiding the cursor) are not output. Prints one JSON line: {"first_output_s", "exit_s", "rc", "first"}.
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import sys
 import time
+
+
+_ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")  # cursor moves, colours: not output
 
 
 def main(argv: list[str]) -> int:
@@ -34,8 +38,9 @@ def main(argv: list[str]) -> int:
                 break
             if not data:
                 break
-            if first_s is None and data.strip():
-                first_s, first = time.perf_counter() - t0, data.strip()[:80]
+            visible = _ESCAPES.sub(b"", data).strip()
+            if first_s is None and visible:
+                first_s, first = time.perf_counter() - t0, visible[:80]
     _, status = os.waitpid(pid, 0)
     exit_s = time.perf_counter() - t0
     print(json.dumps({"first_output_s": round(first_s, 3) if first_s is not None else None,
