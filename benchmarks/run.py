@@ -347,15 +347,21 @@ def real_input(src: Path, data: Path) -> Input | None:
             manifest.write_text(json.dumps({"key": key}))
     else:
         out, plain = src.parent, src
-    events = 0  # every event has a "ph" key, written by Kineto as '"ph": ' (counted on the bytes, chunk by chunk)
+    # Every event has a "ph" key, written by Kineto as '"ph": '; steps are its ProfilerStep#N annotations (counted on
+    # the bytes, chunk by chunk).
+    import re
+
+    events, steps = 0, set()
+    step_re = re.compile(rb'"cat": "user_annotation", "name": "ProfilerStep#(\d+)"')
     with open(plain, "rb") as fh:
         tail = b""
         while chunk := fh.read(64 << 20):
-            events += (tail + chunk).count(b'"ph":')
-            tail = chunk[-4:]
+            events += (tail[-4:] + chunk).count(b'"ph":')  # 4 bytes: a match split by the chunking, never one twice
+            steps.update(step_re.findall(tail + chunk))  # a set: a step seen twice in the overlap counts once
+            tail = chunk[-80:]
     mb = plain.stat().st_size / 1e6
     return Input(label=f"real {stem} (a capture, not scaled)", dir=str(out), ranks=1, mb_per_rank=mb, json_mb=mb,
-                 disk_mb=mb, events=events, steps_per_rank=0, factor=1)
+                 disk_mb=mb, events=events, steps_per_rank=len(steps), factor=1)
 
 
 # --------------------------------------------------------------------------------------------
