@@ -320,6 +320,50 @@ def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path) -> In
     return inp
 
 
+REAL_DEFAULT = HERE / "data" / "h200_tf24_real.pt.trace.json.gz"
+
+
+def real_input(src: Path, data: Path) -> Input | None:
+    """A real capture as an input, as it is (no scaling): gunzipped once into data/real-<stem>/ (a plain file, as a
+    profiler writes it), or used in place when it is already plain JSON. None, with a line, when it is absent."""
+    import gzip
+
+    if not src.exists():
+        log(f"no real trace at {src}: its row is skipped (benchmarks/README.md says how it was captured)")
+        return None
+    stem = src.name.split(".")[0]
+    out = data / f"real-{stem}"
+    plain = out / src.name.removesuffix(".gz")
+    manifest = data / f"real-{stem}.manifest.json"
+    st = src.stat()
+    key = {"source": str(src.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if src.name.endswith(".gz"):
+        if not (manifest.exists() and json.loads(manifest.read_text()).get("key") == key and plain.exists()):
+            log(f"gunzipping {src} into {out} (once)")
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            with gzip.open(src, "rb") as fi, open(plain, "wb") as fo:
+                shutil.copyfileobj(fi, fo, 16 << 20)
+            manifest.write_text(json.dumps({"key": key}))
+    else:
+        out, plain = src.parent, src
+    # Every event has a "ph" key, written by Kineto as '"ph": '; steps are its ProfilerStep#N annotations (counted on
+    # the bytes, chunk by chunk).
+    import re
+
+    events, steps = 0, set()
+    step_re = re.compile(rb'"cat": "user_annotation", "name": "ProfilerStep#(\d+)"')
+    with open(plain, "rb") as fh:
+        tail = b""
+        while chunk := fh.read(64 << 20):
+            events += (tail[-4:] + chunk).count(b'"ph":')  # 4 bytes: a match split by the chunking, never one twice
+            steps.update(step_re.findall(tail + chunk))  # a set: a step seen twice in the overlap counts once
+            tail = chunk[-80:]
+    mb = plain.stat().st_size / 1e6
+    return Input(label=f"real {stem} (a capture, not scaled)", dir=str(out), ranks=1, mb_per_rank=mb, json_mb=mb,
+                 disk_mb=mb, events=events, steps_per_rank=len(steps), factor=1)
+
+
 # --------------------------------------------------------------------------------------------
 # Running the tools
 
@@ -448,9 +492,46 @@ def print_table(head: list[str], cells: list[list[str]]) -> None:
     Console().print(t)
 
 
+TARGET_SPEEDUP, TARGET_MEMORY, TARGET_FLOOR, TARGET_CACHED_S = 20.0, 0.25, 1.5, 0.5
+
+
+def summary(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """One line per input against the targets: >= 20x HTA's speed at <= 25 % of its memory, within 1.5x of the
+    decode floor, the cached re-report under 0.5 s. Each target cell says met, or by how much it is missed."""
+    head = ["input", "ti --no-cache s", "ti peak MB", "HTA s", "HTA peak MB", "speed-up (HTA / ti)",
+            "memory (ti / HTA)", "floor s", "ti / floor", "cached re-report s"]
+    cells = []
+    for inp in inputs:
+        by = {r.tool: r for r in rows if r.input == inp.label and r.ok}
+        ti, hta, fl, warm = by.get("ti"), by.get("HTA"), by.get("floor"), by.get("ti warm")
+
+        def num(r, attr, fmt="{:.1f}"):
+            return fmt.format(getattr(r, attr)) if r else "-"
+
+        def verdict(value, target, better_low, fmt):
+            if value is None:
+                return "-"
+            ok = value <= target if better_low else value >= target
+            return fmt.format(value) + (" (met)" if ok else f" (target {fmt.format(target)})")
+
+        cells.append([
+            inp.label, num(ti, "wall_s"), num(ti, "peak_rss_mb", "{:,.0f}"), num(hta, "wall_s"),
+            num(hta, "peak_rss_mb", "{:,.0f}"),
+            verdict(hta.wall_s / ti.wall_s if ti and hta else None, TARGET_SPEEDUP, False, "{:.1f}x"),
+            verdict(ti.peak_rss_mb / hta.peak_rss_mb if ti and hta else None, TARGET_MEMORY, True, "{:.0%}"),
+            num(fl, "wall_s"),
+            verdict(ti.wall_s / fl.wall_s if ti and fl else None, TARGET_FLOOR, True, "{:.2f}x"),
+            verdict(warm.wall_s if warm else None, TARGET_CACHED_S, True, "{:.2f}"),
+        ])
+    return head, cells
+
+
 def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row]) -> None:
     head, cells = table(inputs, rows)
     print_table(head, cells)
+    s_head, s_cells = summary(inputs, rows)
+    print()
+    print(markdown(s_head, s_cells))
     v = meta["versions"]
     md = [
         "# traceinspect benchmark results",
@@ -460,9 +541,17 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
         f"{meta['machine'].get('mem_gib', '?')} GiB, Python {meta['machine']['python']}; "
         f"traceinspect {v.get('traceinspect', '-')}, HTA {v.get('hta', '-')}, msgspec {v.get('msgspec', '-')}.",
         "",
-        f"Inputs are **scaled copies of a real trace** (`{meta['source']}`: its ProfilerSteps replicated by "
+        "Inputs labelled *real* are captures as the profiler wrote them; the others are **scaled copies of a real "
+        f"trace** (`{meta['source']}`: its ProfilerSteps replicated by "
         "`benchmarks/scale_trace.py`, each file marked `\"traceinspect_scaled\"`), not captures. "
         "JSON MB is the uncompressed size of all rank files of the input.",
+        "",
+        "Against the targets (speed-up = HTA wall s / traceinspect `--no-cache` wall s; the floor and the cached "
+        "re-report measured in the same run):",
+        "",
+        markdown(s_head, s_cells),
+        "",
+        "Every run:",
         "",
         markdown(head, cells),
         "",
@@ -513,7 +602,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--sizes", default="200,1000",
                    help="single-rank inputs, MB of JSON each, comma-separated ('' for none) [200,1000]")
-    p.add_argument("--ranks", default="8x50", help="multi-rank inputs as NxMB per rank, comma-separated [8x50]")
+    p.add_argument("--ranks", default="", help="multi-rank inputs as NxMB per rank, comma-separated, e.g. 8x50 []")
+    p.add_argument("--real", type=Path, action="append",
+                   help=f"a real capture to run as it is (repeatable) [{_rel(REAL_DEFAULT)}, when present]")
+    p.add_argument("--no-real", action="store_true", help="no real-capture input")
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to scale")
     p.add_argument("--gzip", action="store_true", help="write the inputs as .json.gz (tools then gunzip too)")
     p.add_argument("--no-hta", action="store_true", help="skip HTA")
@@ -535,7 +627,12 @@ def main(argv: list[str] | None = None) -> int:
     work = data / "work"
     work.mkdir(parents=True, exist_ok=True)
 
-    hta_py = None if args.no_hta else ensure_hta(args.hta_spec)
+    hta_py = None
+    if not args.no_hta:
+        try:
+            hta_py = ensure_hta(args.hta_spec)
+        except (SystemExit, OSError, subprocess.SubprocessError) as exc:
+            log(f"HTA skipped: its venv could not be made ({str(exc).splitlines()[0][:200]})")
     ti = None
     if not args.no_traceinspect:
         ti = traceinspect_cmd(args.traceinspect)
@@ -547,7 +644,13 @@ def main(argv: list[str] | None = None) -> int:
     if ti:
         versions["traceinspect"] = version_of(sys.executable, "traceinspect")
 
-    inputs = [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(args.sizes, args.ranks)]
+    inputs = []
+    if not args.no_real:
+        for src in args.real or [REAL_DEFAULT]:
+            inp = real_input(src.resolve(), data)
+            if inp is not None:
+                inputs.append(inp)
+    inputs += [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(args.sizes, args.ranks)]
     rows: list[Row] = []
     for inp in inputs:
         log(f"{inp.label}: {inp.json_mb:,.0f} MB JSON, {inp.events:,} events, {inp.ranks} rank file(s)")

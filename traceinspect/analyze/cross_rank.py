@@ -116,7 +116,8 @@ def cross_rank_analysis(ranks, config=None) -> dict:
         present = sorted(g["rank"].unique().tolist())
         step = int(g["step"].iloc[0])
         expected = [r for r in rank_ids if step in steps_of.get(r, set())]
-        missing = [r for r in expected if r not in present]
+        have = set(present)  # a set: with hundreds of ranks a list lookup per rank would be quadratic
+        missing = [r for r in expected if r not in have]
         if missing or len(g) != len(present):
             unmatched.append({"step": step, "pg": g["pg"].iloc[0], "name": g["name"].iloc[0],
                               "seq": int(g["seq"].iloc[0]) if key.startswith("seq") else None,
@@ -160,14 +161,21 @@ def cross_rank_analysis(ranks, config=None) -> dict:
     result["collectives"] = coll_rows
 
     # Waiting: union per (rank, step), all collectives, and the part caused by each last rank.
+    # Unions are computed once per (rank, step) and per (rank, step, last rank) group, not by filtering the whole
+    # table for every pair of ranks: the cost grows with the ranks, not with their square or cube.
     wdf = pd.DataFrame(waits, columns=["rank", "step", "start", "end", "last"])
+    own_union, caused_by = {}, {}
+    if len(wdf):
+        for (q, s), w in wdf.groupby(["rank", "step"], sort=False):
+            own_union[(int(q), int(s))] = _union_length(w["start"].to_numpy(), w["end"].to_numpy())
+        for (q, s, last), w in wdf.groupby(["rank", "step", "last"], sort=False):
+            caused_by.setdefault((int(s), int(last)), []).append(
+                (int(q), _union_length(w["start"].to_numpy(), w["end"].to_numpy())))
     wait_rows = []
     all_steps = sorted(set().union(*steps_of.values()))
     for r in rank_ids:
         for s in sorted(steps_of.get(r, ())):
-            w = wdf[(wdf["rank"] == r) & (wdf["step"] == s)] if len(wdf) else wdf
-            wait_rows.append({"rank": r, "step": s, "wait_us": _union_length(w["start"].to_numpy(), w["end"].to_numpy())
-                              if len(w) else 0.0})
+            wait_rows.append({"rank": r, "step": s, "wait_us": own_union.get((r, s), 0.0)})
     result["wait"] = wait_rows
 
     # Step wall (median over ranks) for shares.
@@ -178,19 +186,25 @@ def cross_rank_analysis(ranks, config=None) -> dict:
     step_wall = {s: float(np.median(v)) for s, v in walls.items()}
     mean_wall = float(np.mean(list(step_wall.values()))) if step_wall else float("nan")
 
+    # Ranks in each step, in rank order, and each one's position there.
+    in_step = {s: [q for q in rank_ids if s in steps_of.get(q, ())] for s in all_steps}
+    pos = {s: {q: i for i, q in enumerate(qs)} for s, qs in in_step.items()}
     per_rank = []
     for r in rank_ids:
         # Time the other ranks waited in collectives this rank arrived last at, per step (union per rank, mean
-        # over the other ranks), averaged over all steps.
+        # over the other ranks, 0 for those that did not wait for it), averaged over all steps.
         caused = []
         for s in all_steps:
-            others = [q for q in rank_ids if q != r and s in steps_of.get(q, ())]
-            if not others:
+            mine = pos[s].get(r)
+            n_others = len(in_step[s]) - (mine is not None)
+            if not n_others:
                 continue
-            vals = []
-            for q in others:
-                w = wdf[(wdf["rank"] == q) & (wdf["step"] == s) & (wdf["last"] == r)] if len(wdf) else wdf
-                vals.append(_union_length(w["start"].to_numpy(), w["end"].to_numpy()) if len(w) else 0.0)
+            vals = np.zeros(n_others)
+            for q, u in caused_by.get((s, r), ()):
+                i = pos[s].get(q)
+                if q == r or i is None:
+                    continue
+                vals[i - (mine is not None and mine < i)] = u
             caused.append(float(np.mean(vals)))
         own_wait = [w["wait_us"] for w in wait_rows if w["rank"] == r]
         sk = skews_when_last[r]

@@ -194,19 +194,39 @@ def _intern(values: list) -> tuple[np.ndarray, list]:
     return codes.astype(np.int32, copy=False), list(uniques)
 
 
-def _ints(values, n: int) -> np.ndarray:
-    """int64 column from Python values; non-integers (strings, floats, None) become -1 on the slow path."""
-    try:
-        return np.fromiter(values, np.int64, n)
-    except (TypeError, ValueError, OverflowError):
-        return np.fromiter((_as_int(v) for v in values), np.int64, n)
+class _Codes(dict):
+    """str -> categorical code; an unseen string gets the next code. Lookups run in C (``map(lut.__getitem__)``),
+    Python runs only once per distinct string (a few thousand per trace)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key):
+        code = self[key] = len(self) - 1  # None is always in the table (code -1), so codes start at 0
+        return code
 
 
-def _floats(values, n: int) -> np.ndarray:
+def _intern_iter(values, n: int) -> tuple[np.ndarray, list]:
+    """Like ``_intern`` for an iterator of str or None, without building an object array first."""
+    lut = _Codes()
+    lut[None] = -1
+    codes = np.fromiter(map(lut.__getitem__, values), np.int32, n)
+    del lut[None]
+    return codes, list(lut)
+
+
+def _ints(get, items: list, n: int) -> np.ndarray:
+    """int64 column of ``get(item)``; non-integers (strings, floats, None) become -1 on the slow path."""
     try:
-        return np.fromiter(values, np.float64, n)
+        return np.fromiter(map(get, items), np.int64, n)
     except (TypeError, ValueError, OverflowError):
-        return np.fromiter(map(_as_float, values), np.float64, n)
+        return np.fromiter(map(_as_int, map(get, items)), np.int64, n)
+
+
+def _floats(get, items: list, n: int) -> np.ndarray:
+    try:
+        return np.fromiter(map(get, items), np.float64, n)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_float, map(get, items)), np.float64, n)
 
 
 _G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "ext",
@@ -217,46 +237,48 @@ _G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts
 def columns_from_events(events: list, loose: bool = False) -> dict:
     """Turn decoded events into columns, keeping only complete events of a category the analyses use.
 
-    Attribute access goes through C (``map(attrgetter)``) and strings are factorized by pandas: building columns
-    costs about as much as decoding, not several times more.
+    Every column is one C-level pass over the events (``np.fromiter(map(attrgetter))``, no intermediate lists) and
+    strings are interned through a dict that only calls Python for a new string: building columns costs about as
+    much as decoding, not several times more.
     """
     g = _G
-    kinds_all = np.fromiter(map(_loose_cat if loose else _CAT_LOOKUP, map(g["cat"], events)), np.int16, len(events))
-    is_x = np.fromiter(map(_IS_X if loose else "X".__eq__, map(g["ph"], events)), bool, len(events))
+    m = len(events)
+    kinds_all = np.fromiter(map(_loose_cat if loose else _CAT_LOOKUP, map(g["cat"], events)), np.int16, m)
+    is_x = np.fromiter(map(_IS_X if loose else "X".__eq__, map(g["ph"], events)), bool, m)
     keep = is_x & (kinds_all >= 0)
     evs = list(compress(events, keep))
     n = len(evs)
     out: dict = {"n": n, "kind": kinds_all[keep].astype(np.uint8)}
     args = list(map(g["args"], evs))
-    out["pid"] = _ints(list(map(g["pid"], evs)), n)
-    out["tid"] = _ints(list(map(g["tid"], evs)), n)
-    out["ts"] = _floats(list(map(g["ts"], evs)), n)
-    out["dur"] = _floats(list(map(g["dur"], evs)), n)
-    out["corr"] = _ints(list(map(g["correlation"], args)), n)
-    ext = _ints(list(map(g["ext"], args)), n)
-    ext_lc = _ints(list(map(g["ext_lc"], args)), n)
-    out["ext"] = np.where(ext >= 0, ext, ext_lc)
+    out["pid"] = _ints(g["pid"], evs, n)
+    out["tid"] = _ints(g["tid"], evs, n)
+    out["ts"] = _floats(g["ts"], evs, n)
+    out["dur"] = _floats(g["dur"], evs, n)
+    out["corr"] = _ints(g["correlation"], args, n)
+    ext = _ints(g["ext"], args, n)
+    if (ext < 0).any():  # the lower-case spelling only where the usual one is absent
+        ext = np.where(ext >= 0, ext, _ints(g["ext_lc"], args, n))
+    out["ext"] = ext
     for col in ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"):
-        out[col] = _ints(list(map(g[col], args)), n)
-    names = list(map(g["name"], evs))
+        out[col] = _ints(g[col], args, n)
     if loose:
-        names = [_as_str(x) or "" for x in names]
         out["dtype"] = _intern([_as_str(a.dtype) for a in args])
         out["coll"] = _intern([_as_str(a.coll) for a in args])
         out["pg"] = _intern([_as_str(a.pg) for a in args])
+        out["name"] = _intern([_as_str(x) or "" for x in map(g["name"], evs)])
     else:
-        out["dtype"] = _intern(list(map(g["dtype"], args)))
-        out["coll"] = _intern(list(map(g["coll"], args)))
-        out["pg"] = _intern(list(map(g["pg"], args)))
-    out["name"] = _intern(names)
+        for col in ("dtype", "coll", "pg"):
+            out[col] = _intern_iter(map(g[col], args), n)
+        out["name"] = _intern_iter(map(g["name"], evs), n)
     _old_steps_as_annotations(out)
     _drop_impossible_times(out)
     # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
     codes, table = out["name"]
     wanted = np.array([bool(_SHAPE_OPS.search(t)) for t in table] + [False])[codes] & (out["kind"] <= 1)
+    rows = np.flatnonzero(wanted)
     for col in RAW_COLS:
-        rows = np.flatnonzero(wanted)
-        vals = [bytes(getattr(args[i], col)).decode() or None for i in rows]
+        get = g[col]
+        vals = [bytes(get(args[i])).decode() or None for i in rows]
         if any(vals):
             full = [None] * n
             for i, v in zip(rows, vals):
@@ -567,11 +589,19 @@ def decode_range(path: str, start: int, end: int) -> dict:
     ``pread`` into a private buffer rather than a memory map: mapped file pages would stay resident in the worker
     and count against its memory for the whole file it walks through.
     """
+    # The piece is read between the brackets that make it an array, so it is never copied to add them.
+    buf = bytearray(end - start + 2)
+    buf[0], buf[-1] = 0x5B, 0x5D  # "[", "]"
     fd = os.open(path, os.O_RDONLY)
     try:
-        piece = os.pread(fd, end - start, start)
+        view = memoryview(buf)[1:-1]
+        got = 0
+        while got < len(view):
+            k = os.preadv(fd, [view[got:]], start + got)
+            if k == 0:
+                raise TraceFileError(path, "file shrank while being read")
+            got += k
+        view.release()
     finally:
         os.close(fd)
-    if not piece.strip():
-        return columns_from_events([])
-    return decode_piece(piece)
+    return decode_array(buf)

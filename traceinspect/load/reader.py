@@ -82,10 +82,9 @@ def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: Pr
 
 
 def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
-    if pool is not None:
-        plan = plan_ranges(path)
-        if plan is not None:
-            return _decode_planned(path, plan, pool, progress)
+    plan = plan_ranges(path)
+    if plan is not None:
+        return _decode_planned(path, plan, pool, progress)
     pieces_iter, info = read_pieces(path)
     results: list = []
     inflight: list[Future] = []
@@ -113,13 +112,13 @@ def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: Pr
     return FileResult(path=path, meta=meta, columns=columns, nbytes=info["bytes"])
 
 
-def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor, progress: ProgressFn | None) -> FileResult:
-    """A plain file cut into byte ranges that the workers read themselves."""
-    futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]]
+def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor | None, progress: ProgressFn | None) -> FileResult:
+    """A plain file cut into byte ranges that the workers (or this process, without a pool) read themselves."""
+    futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]] if pool is not None else None
     results = []
     try:
-        for (a, b), fut in zip(plan["ranges"], futures):
-            results.append(fut.result())
+        for i, (a, b) in enumerate(plan["ranges"]):
+            results.append(futures[i].result() if futures is not None else decode_range(path, a, b))
             if progress:
                 progress(path, b - a, 0)
     except (ValueError, TypeError) as exc:
