@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Config, DEFAULT
-from .events import rows_sharing_corr, runtime_mask
+from .events import rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
@@ -292,7 +292,7 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
         inside = bt[(bt >= x) & (bt < y)]
         first_bwd[i] = inside.min() if len(inside) else y
     generic = np.flatnonzero(cpu_like & ~is_step & ~masks["dataloader"] & ~masks["comm"] & ~masks["optimizer"] & ~masks["backward"])
-    k = np.searchsorted(cs, ts[generic], side="right") - 1
+    k = step_at(cs, ce, ts[generic])
     fb = np.array([first_bwd.get(int(j), -np.inf) for j in k])
     fwd = generic[(k >= 0) & (ts[generic] < fb)]
     starts.append(ts[fwd]); ends.append(np.minimum(end[fwd], fb[(k >= 0) & (ts[generic] < fb)])); cats.append(np.full(len(fwd), 4))
