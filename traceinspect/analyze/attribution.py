@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Config, DEFAULT
+from .events import rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
@@ -212,19 +213,13 @@ def pageable_launch_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     pageable = name_mask(ev, lambda s: "Pageable" in s)[gidx] & (kind[gidx] == int(Kind.MEMCPY))
     if not pageable.any():
         return np.empty(0, np.int64)
-    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
-    keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[gidx][pageable], ev["corr"].to_numpy()[gidx][pageable]])
-    rt = np.flatnonzero(is_rt)
-    rt_keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
-    return rt[rt_keys.isin(keys)]
+    return rows_sharing_corr(ev, np.flatnonzero(runtime_mask(ev)), gidx[pageable])
 
 
 def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     """Rows of runtime calls that block the CPU on the GPU: synchronize calls, synchronous copies, and the
     launch calls of pageable copies (the CPU waits for those to finish)."""
-    kind = ev["kind"].to_numpy()
-    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
-    sync = is_rt & name_mask(ev, lambda s: s in SYNC_CALLS)
+    sync = runtime_mask(ev) & name_mask(ev, lambda s: s in SYNC_CALLS)
     sync[pageable_launch_rows(ev, gidx)] = True
     return np.flatnonzero(sync)
 
@@ -297,7 +292,7 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
         inside = bt[(bt >= x) & (bt < y)]
         first_bwd[i] = inside.min() if len(inside) else y
     generic = np.flatnonzero(cpu_like & ~is_step & ~masks["dataloader"] & ~masks["comm"] & ~masks["optimizer"] & ~masks["backward"])
-    k = np.searchsorted(cs, ts[generic], side="right") - 1
+    k = step_at(cs, ce, ts[generic])
     fb = np.array([first_bwd.get(int(j), -np.inf) for j in k])
     fwd = generic[(k >= 0) & (ts[generic] < fb)]
     starts.append(ts[fwd]); ends.append(np.minimum(end[fwd], fb[(k >= 0) & (ts[generic] < fb)])); cats.append(np.full(len(fwd), 4))

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .attribution import is_comm_kernel, name_mask
+from .events import step_at
+from .links import launch_calls
 from ..load.trace import Kind, RankTrace
 
 PASS_COLUMNS = ["step_index", "pass_", "start", "bwd_end", "end", "window"]
@@ -48,8 +50,8 @@ def backward_passes(rank: RankTrace, steps) -> pd.DataFrame:
     ce = st["cpu_end"].to_numpy()
     sw = st["window"].to_numpy()
     bts = ts[b]
-    k = np.searchsorted(cs, bts, side="right") - 1
-    ok = (k >= 0) & (bts < ce[np.clip(k, 0, None)]) & (win[b] == sw[np.clip(k, 0, None)])
+    k = step_at(cs, ce, bts, win[b], sw)
+    ok = k >= 0
     b, k = b[ok], k[ok]
     if not len(b):
         return pd.DataFrame(columns=PASS_COLUMNS)
@@ -300,9 +302,8 @@ def _compute_launches(ev: pd.DataFrame) -> dict:
     kind = ev["kind"].to_numpy()
     kr = np.flatnonzero((kind == int(Kind.KERNEL)) & ~name_mask(ev, is_comm_kernel))
     corr, win = ev["corr"].to_numpy(), ev["window"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
-    m = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lts": ev["ts"].to_numpy()[rt]}).drop_duplicates(
-        ["window", "corr"]).merge(
+    calls = launch_calls(ev)
+    m = calls.assign(lts=ev["ts"].to_numpy()[calls["rt"].to_numpy()]).drop(columns="rt").merge(
         pd.DataFrame({"window": win[kr], "corr": corr[kr],
                       "kend": ev["ts"].to_numpy()[kr] + ev["dur"].to_numpy()[kr]}), on=["window", "corr"])
     out = {}

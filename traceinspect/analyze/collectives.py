@@ -18,213 +18,31 @@ Where a collective comes from, by torch version and backend:
   shapes were recorded). Issue ops and gloo annotations are paired in order, per collective name.
 * NCCL kernels no CPU record claims (CPU events missing) become rows of their own, sized from the kernel's args.
 
-Nothing here imports torch.
+Names, dtypes and bus-bandwidth factors are comm_names.py's, the per-step columns comm_steps.py's (both
+re-exported here). Nothing here imports torch.
 """
 
 from __future__ import annotations
-
-import json
-import math
-import re
 
 import numpy as np
 import pandas as pd
 
 from .attribution import CategoryView, is_comm_kernel, name_mask
-from .buckets import (BUCKET_COUNTS, BUCKET_SIZES, assign_phase, assign_rounds, backward_passes, bucket_columns,
-                      per_step, tail_columns)
+from .buckets import assign_phase, assign_rounds, backward_passes
+from .comm_names import (BUSBW_FACTOR, DTYPE_BYTES, NOT_COLLECTIVES, _dims_nelems, _first_type,  # noqa: F401
+                         busbw_factor, dtype_bytes, kernel_collective, normalize_collective)
+from .comm_steps import _total_columns, step_columns  # noqa: F401
+from .events import step_at
+from .links import launch_calls
+from .nesting import _enclosing, _frame, _nested
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
-
-# --------------------------------------------------------------------------------------------------------------
-# Names, dtypes, bus-bandwidth factors
-
-DTYPE_BYTES = {
-    # record_param_comms / kernel "dtype" (c10::ScalarType names)
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "byte": 1, "uint8": 1, "char": 1,
-    "int8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8, "complexfloat": 8, "complexdouble": 16,
-    "complexhalf": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    # "Input type" spellings (C++ type names)
-    "c10::half": 2, "c10::bfloat16": 2, "long int": 8, "long long": 8, "int64_t": 8, "short int": 2,
-    "unsigned char": 1, "signed char": 1, "int8_t": 1, "uint8_t": 1, "int32_t": 4, "c10::complex<float>": 8,
-    "c10::complex<double>": 16, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
-    # NCCL kernel-name dtype tokens
-    "f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "i8": 1, "u8": 1,
-    "__nv_bfloat16": 2, "uint64_t": 8, "uint32_t": 4,
-}
-
-#: busbw = algbw x factor(n), as nccl-tests defines it (doc/PERFORMANCE.md there).
-BUSBW_FACTOR = {
-    "allreduce": lambda n: 2.0 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send": lambda n: 1.0,
-    "recv": lambda n: 1.0,
-}
-
-NOT_COLLECTIVES = frozenset({"wait", "", "unknown"})
 
 COLUMNS = [
     "step", "name", "pg", "bytes", "nelems", "dtype", "group_size", "seq", "cpu_ts_us", "cpu_dur_us", "tid",
     "kernel", "kernel_ts_us", "kernel_dur_us", "ts_us", "dur_us", "algbw_gbps", "busbw_gbps", "phase", "backend",
     "source", "grad", "pass_", "round", "bucket",
 ]
-
-
-def normalize_collective(name) -> str:
-    """'c10d::allreduce_', 'nccl:all_reduce', '_allgather_base', 'AllReduce' ... -> 'allreduce', 'allgather'..."""
-    if name is None or (isinstance(name, float) and math.isnan(name)):
-        return "unknown"
-    n = str(name).lower()
-    for prefix in ("_c10d_functional::", "c10d_functional::", "c10d::", "nccl:", "gloo:", "rccl:", "ucc:", "mpi:"):
-        if n.startswith(prefix):
-            n = n[len(prefix):]
-    n = n.strip("_").replace("_", "")
-    if "reducescatter" in n:
-        return "reduce_scatter"
-    if "allreduce" in n:
-        return "allreduce"
-    if "allgather" in n:
-        return "allgather"
-    if "alltoall" in n or "sendrecv" in n:
-        return "all_to_all"
-    if "broadcast" in n:
-        return "broadcast"
-    if "barrier" in n:
-        return "barrier"
-    if n.startswith("reduce"):
-        return "reduce"
-    if n.startswith("gather"):
-        return "gather"
-    if n.startswith("scatter"):
-        return "scatter"
-    if n.startswith("send"):
-        return "send"
-    if n.startswith("recv"):
-        return "recv"
-    if n.startswith("wait"):
-        return "wait"
-    return n or "unknown"
-
-
-_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
-
-
-def kernel_collective(kernel_name: str) -> str:
-    """'ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)' / 'ncclKernel_AllReduce_RING_LL_Sum_float(...)' -> 'allreduce'."""
-    m = _KERNEL_RE.match(kernel_name or "")
-    return normalize_collective(m.group(1)) if m else "unknown"
-
-
-def dtype_bytes(dtype) -> int:
-    if dtype is None or (isinstance(dtype, float) and math.isnan(dtype)):
-        return -1
-    return DTYPE_BYTES.get(str(dtype).strip().lower(), -1)
-
-
-def busbw_factor(name: str, n) -> float:
-    f = BUSBW_FACTOR.get(name)
-    if f is None or n is None or not n or n < 1 or (isinstance(n, float) and math.isnan(n)):
-        return float("nan")
-    return float(f(int(n)))
-
-
-def _dims_nelems(text) -> int:
-    """Elements of the first argument of an ``Input Dims`` JSON text ([[8, 1024]] or a TensorList [[[16770]]])."""
-    if not isinstance(text, (str, bytes)) or not text:
-        return -1
-    try:
-        dims = json.loads(text)
-    except ValueError:
-        return -1
-    if not isinstance(dims, list) or not dims:
-        return -1
-    first = dims[0]
-    if not isinstance(first, list) or not first:
-        return -1
-    if all(isinstance(d, int) for d in first):
-        return int(np.prod(first, dtype=np.int64))
-    if all(isinstance(t, list) and all(isinstance(d, int) for d in t) for t in first):  # TensorList
-        return int(sum(int(np.prod(t, dtype=np.int64)) for t in first if t))
-    return -1
-
-
-def _first_type(text):
-    if not isinstance(text, (str, bytes)) or not text:
-        return None
-    try:
-        types = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(types, list) and types and isinstance(types[0], str) and types[0] and types[0] != "TensorList":
-        return types[0]
-    return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Nesting of CPU records
-
-
-def _enclosing(outer: pd.DataFrame, inner: pd.DataFrame) -> np.ndarray:
-    """For each inner row, the position (in ``outer``) of the latest-starting outer row on the same (window, tid)
-    that encloses it (outer.ts <= inner.ts and inner.end <= outer.end), or -1. Frames need ts, end, window, tid."""
-    out = np.full(len(inner), -1, np.int64)
-    if not len(outer) or not len(inner):
-        return out
-    o = outer.reset_index(drop=True)
-    inner = inner.reset_index(drop=True)
-    for (w, t), ig in inner.groupby(["window", "tid"], sort=False):
-        og = o[(o["window"] == w) & (o["tid"] == t)]
-        if not len(og):
-            continue
-        og = og.sort_values("ts", kind="stable")
-        ots = og["ts"].to_numpy()
-        oend = og["end"].to_numpy()
-        opos = og.index.to_numpy()
-        its = ig["ts"].to_numpy()
-        iend = ig["end"].to_numpy()
-        k = np.searchsorted(ots, its, side="right") - 1
-        ok = k >= 0
-        kk = np.clip(k, 0, None)
-        # The latest start may be a sibling that already ended; walk back a few candidates (nesting is shallow).
-        res = np.full(len(ig), -1, np.int64)
-        for step_back in range(4):
-            idx = kk - step_back
-            valid = ok & (idx >= 0) & (res < 0)
-            if not valid.any():
-                break
-            idx_c = np.clip(idx, 0, None)
-            hit = valid & (oend[idx_c] >= iend - 1e-6)
-            res[hit] = opos[idx_c[hit]]
-        out[ig.index.to_numpy()] = res
-    return out
-
-
-def _nested(df: pd.DataFrame) -> np.ndarray:
-    """For each row, whether it lies inside an earlier-starting row of the same frame on the same (window, tid)."""
-    out = np.zeros(len(df), bool)
-    if len(df) < 2:
-        return out
-    d = df.reset_index(drop=True)
-    for _, g in d.groupby(["window", "tid"], sort=False):
-        g = g.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
-        ends = g["end"].to_numpy()
-        prev = np.concatenate([[-np.inf], np.maximum.accumulate(ends)[:-1]])
-        out[g.index.to_numpy()] = g["end"].to_numpy() <= prev
-    return out
-
-
-def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """The given event rows as the (row, ts, end, window, tid) frame the nesting helpers take."""
-    ts = ev["ts"].to_numpy()[rows]
-    return pd.DataFrame(
-        {"row": rows, "ts": ts, "end": ts + ev["dur"].to_numpy()[rows], "window": ev["window"].to_numpy()[rows],
-         "tid": ev["tid"].to_numpy()[rows]}
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -343,12 +161,9 @@ def _launch_kernel_map(ev: pd.DataFrame):
     k = np.flatnonzero((kind == int(Kind.KERNEL)) & name_mask(ev, is_comm_kernel))
     if not len(k):
         return np.empty(0, np.int64), np.empty(0, np.int64), k
-    corr = ev["corr"].to_numpy()
-    win = ev["window"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (corr >= 0))
-    kd = pd.DataFrame({"window": win[k], "corr": corr[k], "krow": k})
+    kd = pd.DataFrame({"window": ev["window"].to_numpy()[k], "corr": ev["corr"].to_numpy()[k], "krow": k})
     kd = kd[kd["corr"] >= 0].drop_duplicates(["window", "corr"])
-    rd = pd.DataFrame({"window": win[rt], "corr": corr[rt], "lrow": rt}).drop_duplicates(["window", "corr"])
+    rd = launch_calls(ev).rename(columns={"rt": "lrow"})
     m = rd.merge(kd, on=["window", "corr"], how="inner")
     return m["lrow"].to_numpy(), m["krow"].to_numpy(), k
 
@@ -529,12 +344,7 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
     step_ids = st["step"].to_numpy()
     cs, ce, sw = st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), st["window"].to_numpy()
     t = df["cpu_ts_us"].to_numpy()
-    k = np.searchsorted(cs, t, side="right") - 1 if len(cs) else np.full(len(t), -1)
-    kk = np.clip(k, 0, None)
-    ok = (k >= 0) & (len(cs) > 0) & ~np.isnan(t)
-    if len(cs):
-        ok &= (t < ce[kk]) & (df["window"].to_numpy() == sw[kk])
-    step_idx = np.where(ok, k, -1)
+    step_idx = step_at(cs, ce, t, df["window"].to_numpy(), sw)
     if len(steps.gpu_index) and kernels_only:
         gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
         for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
@@ -543,91 +353,6 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
                 step_idx[i] = steps.gpu_step[p]
     df["step_index"] = step_idx
     df["step"] = np.where(step_idx >= 0, step_ids[np.clip(step_idx, 0, None)] if len(step_ids) else -1, -1)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Per-step columns
-
-# A rank without collectives in any step: these counts are 0 and these sizes, shares and bandwidths NaN.
-_NO_COMM_COUNTS = ("comm_calls", "comm_unknown_size_count", "comm_bytes", "comm_time_us", "allreduce_count", "allreduce_bytes",
-                   "allreduce_time_us", *BUCKET_COUNTS)
-_NO_COMM_NANS = ("comm_small_time_share", "allreduce_busbw_gbps", *BUCKET_SIZES)
-_INT_COLUMNS = ("comm_calls", "comm_unknown_size_count", "allreduce_count", "backward_passes", "allreduce_rounds", "bucket_count",
-                "grad_allreduce_count")
-
-
-def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
-                 config: Config = DEFAULT) -> pd.DataFrame:
-    """Per-step communication numbers, one row per ra.steps row (same order): the totals here, gradient buckets,
-    rounds, backward passes and tails from buckets.py. Vectorized per step (groupby)."""
-    small = config.small_bucket_bytes
-    out = pd.DataFrame(index=pd.Index(steps_df["step"].to_numpy()))
-    c = coll[coll["step"] >= 0] if len(coll) else coll
-    if len(c):
-        c = c.assign(_b=c["bytes"].astype(float), _d=c["dur_us"].astype(float),
-                     _known=(c["bytes"] >= 0).astype(float), _small=(c["bytes"] < small) & (c["bytes"] >= 0))
-        c = c.assign(_sd=np.where(c["_small"], c["_d"], 0.0))
-        _total_columns(out, c)
-        bucket_columns(out, c)
-    else:
-        for k in _NO_COMM_COUNTS:
-            out[k] = per_step(None, out.index, 0)
-        for k in _NO_COMM_NANS:
-            out[k] = per_step(None, out.index)
-    tail_columns(out, coll, rank, steps, passes)
-    out["comm_exposed_us"] = _exposed(steps_df)
-    for k in _INT_COLUMNS:
-        out[k] = out[k].astype(np.int64)
-    return out.reset_index(drop=True)
-
-
-def _sums(g: pd.DataFrame) -> pd.DataFrame:
-    """Per step: calls, bytes (NaN when a size is unknown), time, time in small messages, smallest size and
-    duration, group size."""
-    agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
-                                unknown=("_known", lambda x: float((x < 1).sum())),
-                                d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
-                                bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
-    agg.loc[agg["known"] < 1, "b"] = np.nan
-    return agg
-
-
-def _total_columns(out: pd.DataFrame, c: pd.DataFrame) -> None:
-    """Calls, bytes and time of all collectives and of the all-reduces, the share of the time spent in small
-    messages, and the all-reduces' bus bandwidth, per step into ``out`` (indexed by step id)."""
-    idx = out.index
-    allc = _sums(c)
-    out["comm_calls"] = per_step(allc["n"], idx, 0)
-    out["comm_unknown_size_count"] = per_step(allc["unknown"], idx, 0)
-    out["comm_bytes"] = per_step(allc["b"], idx, 0)
-    out["comm_time_us"] = per_step(allc["d"].fillna(0.0), idx, 0)
-    share = (allc["sd"] / allc["d"]).where((allc["known"] >= 1) & (allc["d"] > 0))
-    out["comm_small_time_share"] = per_step(share, idx)
-    ar = c[c["name"] == "allreduce"]
-    if not len(ar):
-        for k in ("allreduce_count", "allreduce_bytes", "allreduce_time_us"):
-            out[k] = per_step(None, idx, 0)
-        out["allreduce_busbw_gbps"] = per_step(None, idx)
-        return
-    a = _sums(ar)
-    out["allreduce_count"] = per_step(a["n"], idx, 0)
-    out["allreduce_bytes"] = per_step(a["b"], idx, 0)
-    out["allreduce_time_us"] = per_step(a["d"].fillna(0.0), idx, 0)
-    factor = pd.Series([busbw_factor("allreduce", g) for g in a["g"]], index=a.index)
-    bw = (a["b"] / (a["d"] * 1e-6) / 1e9 * factor).where((a["bmin"] > 0) & (a["dmin"] > 0))
-    out["allreduce_busbw_gbps"] = per_step(bw, idx)
-
-
-def _exposed(steps_df: pd.DataFrame):
-    """Communication the step waits for: GPU traces, the timeline's exposed communication (bd_comm_exposed); CPU
-    traces, ``cpu_comm``: the training thread in collective calls or waiting, with nothing else to run, while a
-    collective runs on gloo's threads. The tails after each backward are that same wait (the thread sits idle
-    until the last all-reduce ends), so they are part of ``cpu_comm``, never added to it."""
-    if "bd_comm_exposed" in steps_df:
-        return steps_df["bd_comm_exposed"].to_numpy(dtype=float)
-    if "cpu_comm" in steps_df:
-        return np.minimum(steps_df["cpu_comm"].to_numpy(dtype=float), steps_df["cpu_step_us"].to_numpy(dtype=float))
-    return np.nan
 
 
 # --------------------------------------------------------------------------------------------------------------

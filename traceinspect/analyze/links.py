@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .events import linked_runtime_rows
 from ..load.trace import Kind
 
 
 def launch_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """The runtime / driver calls that launched GPU work, one per (window, correlation): columns window, corr, rt
     (the call's row)."""
-    kind = ev["kind"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
+    rt = linked_runtime_rows(ev)
     return pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
                          "rt": rt}).drop_duplicates(["window", "corr"])
 

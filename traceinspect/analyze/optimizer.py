@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import name_strings
+from .events import step_at
 from .links import launch_calls
 from ..load.trace import Kind, RankTrace
 
@@ -62,14 +63,7 @@ def _fused_ops(ev: pd.DataFrame, steps) -> pd.DataFrame:
 
 def _step_of(steps, rows_ts: np.ndarray) -> np.ndarray:
     """Step index (into steps.table) whose CPU window holds each timestamp, or -1."""
-    st = steps.table
-    cs = st["cpu_start"].to_numpy()
-    ce = st["cpu_end"].to_numpy()
-    if not len(cs):
-        return np.full(len(rows_ts), -1, np.int64)
-    k = np.searchsorted(cs, rows_ts, side="right") - 1
-    ok = (k >= 0) & (rows_ts < ce[np.clip(k, 0, None)])
-    return np.where(ok, k, -1)
+    return step_at(steps.table["cpu_start"].to_numpy(), steps.table["cpu_end"].to_numpy(), rows_ts)
 
 
 def kernels_inside(ev: pd.DataFrame, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ import pandas as pd
 from .attribution import (GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, pageable_launch_rows,
                           sync_call_rows)
 from ..config import Config, DEFAULT
+from .events import step_at
 from .links import enclosing_ops, launch_calls
 from .steps import find_steps
 from .timeline import step_timeline
@@ -183,8 +184,8 @@ def cpu_op_summary(rank: RankTrace, steps) -> pd.DataFrame:
     rows = np.flatnonzero(kind <= int(Kind.USER_ANNOTATION))
     ts = ev["ts"].to_numpy()[rows]
     st = steps.table
-    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
-    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    k = step_at(st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), ts)
+    ok = k >= 0
     df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]],
                        "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[rows][ok], ev["name"].cat.categories),
                        "dur": ev["dur"].to_numpy()[rows][ok]})
@@ -250,8 +251,8 @@ def sync_calls(rank: RankTrace, steps) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     ts = ev["ts"].to_numpy()[rows]
     st = steps.table
-    k = np.searchsorted(st["cpu_start"].to_numpy(), ts, side="right") - 1
-    ok = (k >= 0) & (ts < st["cpu_end"].to_numpy()[np.clip(k, 0, None)])
+    k = step_at(st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), ts)
+    ok = k >= 0
     rows, k = rows[ok], k[ok]
     df = pd.DataFrame({"step": st["step"].to_numpy()[k], "call": name_strings(ev, rows),
                        "op": issuing_ops(ev, rows), "dur": ev["dur"].to_numpy()[rows],

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .events import linked_runtime_rows, step_at
 from ..load.trace import Kind, RankTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -103,9 +104,7 @@ def find_steps(rank: RankTrace) -> Steps:
     # GPU events no step launched go to the window they start in; those queued before the window are backlog.
     backlog_step = np.full(len(gidx), -1, np.int64)
     if (~ok).any() and nsteps:
-        k = np.searchsorted(start, gts[~ok], side="right") - 1
-        inside = (k >= 0) & (gts[~ok] < end[np.clip(k, 0, None)])
-        fill = np.where(inside, k, -1)
+        fill = step_at(start, end, gts[~ok])
         gpu_step = gpu_step.copy()
         gpu_step[~ok] = fill
         backlog = _backlog(ev, gidx, ok, launch_ts, gpu_step, t)
@@ -163,17 +162,16 @@ def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> tu
     lts = np.full(len(gidx), np.nan)
     if not len(gidx) or not len(steps):
         return out, lts
-    kind = ev["kind"].to_numpy()
-    rt = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))) & (ev["corr"].to_numpy() >= 0))
+    rt = linked_runtime_rows(ev)
     if not len(rt):
         return out, lts
     rts = ev["ts"].to_numpy()[rt]
     cs = steps["cpu_start"].to_numpy()
     ce = steps["cpu_end"].to_numpy()
     order = np.argsort(cs)
-    k = np.searchsorted(cs[order], rts, side="right") - 1
+    k = step_at(cs[order], ce[order], rts, ev["window"].to_numpy()[rt], steps["window"].to_numpy()[order])
     kk = order[np.clip(k, 0, None)]
-    in_step = (k >= 0) & (rts < ce[kk]) & (ev["window"].to_numpy()[rt] == steps["window"].to_numpy()[kk])
+    in_step = k >= 0
     launch = pd.DataFrame(
         {"window": ev["window"].to_numpy()[rt][in_step], "corr": ev["corr"].to_numpy()[rt][in_step], "step": kk[in_step]}
     ).drop_duplicates(["window", "corr"])

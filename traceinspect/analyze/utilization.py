@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import is_comm_kernel, sync_call_rows
+from .events import rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
@@ -219,16 +220,14 @@ def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
     kind = ev["kind"].to_numpy()
     cats = ev["name"].cat.categories
     lut = np.array([_VERSION_SUFFIX.sub("", str(c)) in LAUNCH_CALLS for c in cats] + [False])
-    is_rt = (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
+    is_rt = runtime_mask(ev)
     launch = is_rt & lut[ev["name"].cat.codes.to_numpy()]
     # A runtime call whose correlation names a kernel launched it, whatever it is called.
     k = np.flatnonzero(kind == int(Kind.KERNEL))
     if len(k):
         rt = np.flatnonzero(is_rt & ~launch & (ev["corr"].to_numpy() >= 0))
         if len(rt):
-            keys = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[k], ev["corr"].to_numpy()[k]])
-            rk = pd.MultiIndex.from_arrays([ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]])
-            launch[rt[rk.isin(keys)]] = True
+            launch[rows_sharing_corr(ev, rt, k)] = True
     rows = np.flatnonzero(launch)
     n = len(steps.table)
     count = np.zeros(n, np.int64)
@@ -240,8 +239,8 @@ def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
         ts = ev["ts"].to_numpy()[rows]
         cs = steps.table["cpu_start"].to_numpy()
         ce = steps.table["cpu_end"].to_numpy()
-        j = np.searchsorted(cs, ts, side="right") - 1
-        ok = (j >= 0) & (ts < ce[np.clip(j, 0, None)])
+        j = step_at(cs, ce, ts)
+        ok = j >= 0
         count = np.bincount(j[ok], minlength=n)[:n].astype(np.int64)
         total = np.bincount(j[ok], weights=ev["dur"].to_numpy()[rows][ok], minlength=n)[:n]
         glut = np.array(["GraphLaunch" in str(c) for c in cats] + [False])

@@ -1,4 +1,5 @@
-"""The torch side: profile a training loop (``profiling``) and the reference DDP workload (``workload``).
+"""The torch side: profile a training loop (``profiling``, with what it records about the job in ``metadata``) and
+the reference DDP workload (``workload``: its knobs in ``knobs``, data and model in ``models``).
 
 Imports nothing of the analysis path; ``traceinspect.capture.profile(...)`` is :func:`profiling.profile`.
 """

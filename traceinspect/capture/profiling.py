@@ -26,7 +26,8 @@ Why a wrapper and not plain ``torch.profiler.profile``:
 
 This module imports torch lazily inside functions so that importing it (for
 ``CaptureError`` or ``required_steps``) never needs torch; it imports nothing from
-the rest of traceinspect, so it runs on a machine that has only torch installed.
+the rest of traceinspect, so it runs on a machine that has only torch installed. What is recorded about the job
+(DataLoader, DDP, AMP, rank) is :mod:`~traceinspect.capture.metadata`'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
+
+from .metadata import (METADATA_KEY, METADATA_SCHEMA, _grad_scaler_flag, _json_safe, amp_dtype_name,  # noqa: F401
+                       describe_dataloader, describe_ddp, describe_job, detect_rank)
 
 __all__ = [
     "CaptureError",
@@ -51,11 +55,6 @@ __all__ = [
     "METADATA_KEY",
     "METADATA_SCHEMA",
 ]
-
-#: Top-level key of the trace JSON that holds the capture metadata.
-METADATA_KEY = "traceinspect"
-#: Version tag of the metadata object, bumped when its fields change meaning.
-METADATA_SCHEMA = "traceinspect.capture/1"
 
 
 class CaptureError(ValueError):
@@ -114,112 +113,7 @@ def recorded_step_numbers(wait: int = 1, warmup: int = 1, active: int = 3, repea
             for c in range(max(repeat, 1))]
 
 
-# --------------------------------------------------------------------------- describing the job
-
-
-def detect_rank() -> tuple[int, int]:
-    """(rank, world_size): from torch.distributed when initialized, else RANK/WORLD_SIZE, else (0, 1).
-
-    Reading the process group first matters for launchers that do not export
-    RANK (e.g. ``mp.spawn``); the environment covers profiling set up before
-    ``init_process_group``.
-    """
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:  # pragma: no cover - torch without distributed
-        pass
-
-    def _env_int(name: str, default: int) -> int:
-        try:
-            return int(os.environ.get(name, default))
-        except ValueError:
-            return default
-
-    return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-
-
-def describe_dataloader(loader: Any) -> dict[str, Any] | None:
-    """The DataLoader settings that decide input-pipeline stalls, read off the loader object.
-
-    Returns None for None. Works with anything shaped like a
-    ``torch.utils.data.DataLoader`` (missing attributes become None) so wrappers
-    such as Accelerate's keep working.
-    """
-    if loader is None:
-        return None
-    batch_size = getattr(loader, "batch_size", None)
-    if batch_size is None:  # a batch_sampler= loader keeps the size on the sampler
-        batch_size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-    num_workers = getattr(loader, "num_workers", None)
-    return {
-        "num_workers": num_workers,
-        "pin_memory": getattr(loader, "pin_memory", None),
-        "persistent_workers": getattr(loader, "persistent_workers", None),
-        # torch >= 2.0 stores None when num_workers == 0 (no prefetching happens)
-        "prefetch_factor": getattr(loader, "prefetch_factor", None) if num_workers else None,
-        "batch_size": batch_size,
-        "drop_last": getattr(loader, "drop_last", None),
-        "sampler": type(getattr(loader, "sampler", None)).__name__
-        if getattr(loader, "sampler", None) is not None else None,
-    }
-
-
-def describe_ddp(model: Any) -> dict[str, Any] | None:
-    """DDP's communication settings (bucket size, bucket view, static graph, unused params).
-
-    None unless ``model`` is a DistributedDataParallel (recognized by its
-    ``bucket_bytes_cap`` attribute, so subclasses and wrappers work too).
-    """
-    if model is None or not hasattr(model, "bucket_bytes_cap"):
-        return None
-    mb = 1024 * 1024
-    first = getattr(model, "first_bucket_bytes_cap", None)
-    return {
-        "bucket_cap_mb": model.bucket_bytes_cap / mb,
-        "first_bucket_cap_mb": first / mb if isinstance(first, (int, float)) else None,
-        "gradient_as_bucket_view": bool(getattr(model, "gradient_as_bucket_view", False)),
-        "static_graph": bool(getattr(model, "static_graph", False)),
-        "find_unused_parameters": bool(getattr(model, "find_unused_parameters", False)),
-    }
-
-
-def amp_dtype_name(dtype: Any) -> str | None:
-    """Normalize an autocast dtype (torch.dtype or string) to "bfloat16" / "float16" / None.
-
-    Accepts the spellings people use on command lines ("bf16", "fp16", "half",
-    "none"); anything else is kept as its string form rather than dropped.
-    """
-    if dtype is None or dtype is False:
-        return None
-    name = str(dtype).removeprefix("torch.").lower()
-    aliases = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
-               "float16": "float16", "half": "float16", "none": None, "": None,
-               "fp32": None, "float32": None}
-    return aliases.get(name, name)
-
-
-def _grad_scaler_flag(scaler: Any) -> bool | None:
-    """GradScaler object or bool -> whether loss scaling is on (None = not said)."""
-    if scaler is None or isinstance(scaler, bool):
-        return scaler
-    is_enabled = getattr(scaler, "is_enabled", None)
-    return bool(is_enabled()) if callable(is_enabled) else True
-
-
-def _json_safe(obj: Any) -> Any:
-    """Make ``extra``/``workload`` values JSON-encodable (dtypes, paths, devices -> str)."""
-    if isinstance(obj, Mapping):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_json_safe(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
-    return str(obj)
+# --------------------------------------------------------------------------- the folder
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -281,16 +175,9 @@ class Capture:
         self.rank, self.world_size = detect_rank()
         self.profiler: Any = None  # torch.profiler.profile, made in __enter__, kept after exit
         self._running = False
-        self._job = {
-            "dataloader": describe_dataloader(dataloader),
-            "ddp": describe_ddp(model),
-            "accumulation_steps": accumulation_steps,
-            "no_sync": no_sync,
-            "amp_dtype": amp_dtype_name(amp_dtype),
-            "grad_scaler": _grad_scaler_flag(grad_scaler),
-            "workload": _json_safe(dict(workload)) if workload is not None else None,
-            "extra": _json_safe(dict(extra)) if extra is not None else None,
-        }
+        self._job = describe_job(dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
+                                 no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler, workload=workload,
+                                 extra=extra)
         self.metadata: dict[str, Any] = self._build_metadata()
 
     # -- metadata -----------------------------------------------------------------------

@@ -1,0 +1,47 @@
+"""Which events are which, and which step holds a time: the two questions every analysis asks, answered once.
+
+A *runtime call* is a CUDA/HIP runtime or driver API event (``cuda_runtime`` / ``cuda_driver`` in the trace);
+the ones that carry a correlation id (>= 0) are those that can link to GPU work. A step *holds* a time when the
+time lies in the step's ``[start, end)`` (and, given windows, in the same profiling window).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..load.trace import Kind
+
+
+def runtime_mask(ev: pd.DataFrame) -> np.ndarray:
+    """Per event: whether it is a runtime or driver API call."""
+    kind = ev["kind"].to_numpy()
+    return (kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))
+
+
+def linked_runtime_rows(ev: pd.DataFrame) -> np.ndarray:
+    """Rows of the runtime / driver calls that carry a correlation id (the ones that can launch GPU work)."""
+    return np.flatnonzero(runtime_mask(ev) & (ev["corr"].to_numpy() >= 0))
+
+
+def rows_sharing_corr(ev: pd.DataFrame, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Those of ``rows`` whose (window, correlation) is the (window, correlation) of one of ``targets``."""
+    win, corr = ev["window"].to_numpy(), ev["corr"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([win[targets], corr[targets]])
+    return rows[pd.MultiIndex.from_arrays([win[rows], corr[rows]]).isin(keys)]
+
+
+def step_at(starts: np.ndarray, ends: np.ndarray, t: np.ndarray, win: np.ndarray | None = None,
+            step_win: np.ndarray | None = None) -> np.ndarray:
+    """Index of the step whose ``[start, end)`` holds each time of ``t``, or -1 (``starts`` ascending). Given the
+    times' windows ``win`` and the steps' ``step_win``, the step must also be of the same window. NaN times
+    fall in no step."""
+    t = np.asarray(t)
+    if not len(starts):
+        return np.full(len(t), -1, np.int64)
+    k = np.searchsorted(starts, t, side="right") - 1
+    kk = np.clip(k, 0, None)
+    ok = (k >= 0) & (t < ends[kk])
+    if win is not None:
+        ok &= win == step_win[kk]
+    return np.where(ok, k, -1)
