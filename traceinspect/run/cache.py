@@ -53,10 +53,11 @@ def _dir(config: Config) -> Path:
 
 
 def _decoder_version() -> str:
-    """Cached columns are only valid for the decoder that made them: a hash of its source."""
+    """Cached columns are only valid for the decoder that made them: a hash of its sources."""
     global _DECODER
     if _DECODER is None:
-        src = (Path(__file__).parents[1] / "load" / "decode.py").read_bytes()
+        load = Path(__file__).parents[1] / "load"
+        src = b"".join((load / name).read_bytes() for name in ("decode.py", "layout.py", "compressed.py"))
         _DECODER = hashlib.sha1(src).hexdigest()[:12]
     return _DECODER
 
