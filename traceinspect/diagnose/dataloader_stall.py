@@ -98,6 +98,5 @@ def check(report, config) -> list[Finding]:
             },
             fix=FIX_CPU if cpu_only else FIX,
             time_at_stake_us=us,
-            docs=f"traceinspect explain {ID}",
         )
     ]

@@ -181,5 +181,4 @@ def check(report, config) -> list[Finding]:
                   **extra_ev},
         fix=_fix(worst),
         time_at_stake_us=worst["comm_cost_us_per_step"],
-        docs=f"traceinspect explain {ID}",
     )]

@@ -27,11 +27,12 @@ class Finding:
     evidence: dict
     fix: str
     time_at_stake_us: float | None = None
-    docs: str = ""
+    docs: str = ""  # where the rule's documentation is; "" = its ``explain`` command
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["docs"] = self.docs or f"traceinspect explain {self.id}"
         d.pop("extra")
         d.update(self.extra)
         return d

@@ -96,6 +96,5 @@ def check(report, config) -> list[Finding]:
             },
             fix=FIXES[main],
             time_at_stake_us=idle,
-            docs=f"traceinspect explain {ID}",
         )
     ]

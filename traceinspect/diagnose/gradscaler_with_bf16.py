@@ -92,5 +92,4 @@ def check(report, config) -> list[Finding]:
         evidence={"per_rank": per_rank, "threshold_share_warning": warn, "fp16_tolerance": FP16_TOLERANCE},
         fix=FIX,
         time_at_stake_us=cost,
-        docs=f"traceinspect explain {ID}",
     )]

@@ -199,6 +199,5 @@ def check(report, config) -> list[Finding]:
             },
             fix=fix,
             time_at_stake_us=us,
-            docs=f"traceinspect explain {ID}",
         )
     ]

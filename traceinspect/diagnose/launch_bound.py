@@ -129,5 +129,4 @@ def check(report, config) -> list[Finding]:
                   "min_kernels_per_step": min_kernels},
         fix=FIX,
         time_at_stake_us=float(np.mean([r["idle_other_us_per_step"] for r in per_rank])),
-        docs=f"traceinspect explain {ID}",
     )]

@@ -115,5 +115,4 @@ def check(report, config) -> list[Finding]:
                   "assumed_saving": SAVING, "saving_holds_if": HOLDS_IF},
         fix=FIX,
         time_at_stake_us=float(np.mean([r["fp32_matmul_us_per_step"] for r in per_rank])) * SAVING,
-        docs=f"traceinspect explain {ID}",
     )]

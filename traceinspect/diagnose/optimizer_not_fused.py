@@ -149,5 +149,4 @@ def check(report, config) -> list[Finding]:
                   "min_ops": min_ops},
         fix=_fix(per_param_names, "zero-fill" in kinds_found),
         time_at_stake_us=max(r["flagged_cpu_us_per_step"] for r in per_rank),
-        docs=f"traceinspect explain {ID}",
     )]

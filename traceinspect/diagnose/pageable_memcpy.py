@@ -135,7 +135,6 @@ def check(report, config) -> list[Finding]:
             },
             fix=FIX,
             time_at_stake_us=float(np.mean(stake)) if stake else None,
-            docs=f"traceinspect explain {ID}",
         )
     )
     return out

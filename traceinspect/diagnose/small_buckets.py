@@ -200,5 +200,4 @@ def check(report, config) -> list[Finding]:
         },
         fix=fix,
         time_at_stake_us=worst.get("time_at_stake_us"),
-        docs=f"traceinspect explain {ID}",
     )]

@@ -154,5 +154,4 @@ def check(report, config) -> list[Finding]:
         },
         fix=fix.format(r=r),
         time_at_stake_us=net,
-        docs=f"traceinspect explain {ID}",
     )]

@@ -122,5 +122,4 @@ def check(report, config) -> list[Finding]:
                   "threshold_exposed_share_critical": crit_share},
         fix=FIX,
         time_at_stake_us=worst["redundant_exposed_us_per_step"],
-        docs=f"traceinspect explain {ID}",
     )]

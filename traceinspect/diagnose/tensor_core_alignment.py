@@ -111,5 +111,4 @@ def check(report, config) -> list[Finding]:
         evidence={"per_rank": per_rank, "threshold_share": share_min, "threshold_narrow_share": narrow_min},
         fix=FIX,
         time_at_stake_us=max(r["narrow_kernel_us_per_step"] for r in per_rank) * SAVING,
-        docs=f"traceinspect explain {ID}",
     )]
