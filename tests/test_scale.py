@@ -19,6 +19,7 @@ from traceinspect.run.api import analyze_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+from dask_scale import _Recording  # noqa: E402  (a client that keeps what the driver receives)
 from replicate_ranks import replicate  # noqa: E402
 
 distributed = pytest.importorskip("dask.distributed", reason="dask.distributed not installed")
@@ -56,19 +57,6 @@ def test_copies_are_labelled_and_renumbered(many_ranks):
     assert [t["traceinspect_scaled"]["source_rank"] for t in raws] == [1 if r == SLOW_AT else 0 for r in range(RANKS)]
 
 
-class _Recording:
-    """A Dask client that keeps what the driver receives from the workers."""
-
-    def __init__(self, client):
-        self.client, self.received = client, []
-
-    def map(self, *a, **k):
-        return self.client.map(*a, **k)
-
-    def gather(self, futures):
-        out = self.client.gather(futures)
-        self.received.extend(out)
-        return out
 
 
 def _driver_peak(client, folder: Path, cfg: Config) -> tuple[dict, int]:
