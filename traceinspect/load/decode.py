@@ -31,66 +31,51 @@ _INT_MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct, frozen=True, gc=False):
-    correlation: int = _INT_MISSING
-    ext: int = msgspec.field(name="External id", default=_INT_MISSING)
-    ext_lc: int = msgspec.field(name="external id", default=_INT_MISSING)
-    stream: int = _INT_MISSING
-    bytes: int = _INT_MISSING
-    in_nelems: int = msgspec.field(name="In msg nelems", default=_INT_MISSING)
-    out_nelems: int = msgspec.field(name="Out msg nelems", default=_INT_MISSING)
-    group_size: int = msgspec.field(name="Group size", default=_INT_MISSING)
-    seq: int = msgspec.field(name="Seq", default=_INT_MISSING)
-    dtype: str | None = None
-    coll: str | None = msgspec.field(name="Collective name", default=None)
-    pg: str | None = msgspec.field(name="Process Group Name", default=None)
-    in_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
-    in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+# The one table of what is read from an event: (attribute, key in the trace or None for the same name, type Kineto
+# writes, default). The strict structs decode Kineto's own files; the loose ones take any type where a writer puts
+# strings or floats where Kineto puts ints (``columns_from_events(..., loose=True)`` coerces them).
+ARG_FIELDS = (
+    ("correlation", None, int, _INT_MISSING),
+    ("ext", "External id", int, _INT_MISSING),
+    ("ext_lc", "external id", int, _INT_MISSING),
+    ("stream", None, int, _INT_MISSING),
+    ("bytes", None, int, _INT_MISSING),
+    ("in_nelems", "In msg nelems", int, _INT_MISSING),
+    ("out_nelems", "Out msg nelems", int, _INT_MISSING),
+    ("group_size", "Group size", int, _INT_MISSING),
+    ("seq", "Seq", int, _INT_MISSING),
+    ("dtype", None, str | None, None),
+    ("coll", "Collective name", str | None, None),
+    ("pg", "Process Group Name", str | None, None),
+)
+RAW_ARG_FIELDS = (("in_dims", "Input Dims"), ("in_types", "Input type"))  # kept as raw JSON in both
+EVENT_FIELDS = (
+    ("ph", str, ""), ("cat", str, ""), ("name", str, ""), ("pid", int | str, _INT_MISSING),
+    ("tid", int | str, _INT_MISSING), ("ts", float, 0.0), ("dur", float, 0.0),
+)
 
 
-class LooseArgs(msgspec.Struct, frozen=True, gc=False):
-    """Same keys with any type: for traces whose writers put strings or floats where Kineto puts ints."""
-
-    correlation: Any = _INT_MISSING
-    ext: Any = msgspec.field(name="External id", default=_INT_MISSING)
-    ext_lc: Any = msgspec.field(name="external id", default=_INT_MISSING)
-    stream: Any = _INT_MISSING
-    bytes: Any = _INT_MISSING
-    in_nelems: Any = msgspec.field(name="In msg nelems", default=_INT_MISSING)
-    out_nelems: Any = msgspec.field(name="Out msg nelems", default=_INT_MISSING)
-    group_size: Any = msgspec.field(name="Group size", default=_INT_MISSING)
-    seq: Any = msgspec.field(name="Seq", default=_INT_MISSING)
-    dtype: Any = None
-    coll: Any = msgspec.field(name="Collective name", default=None)
-    pg: Any = msgspec.field(name="Process Group Name", default=None)
-    in_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
-    in_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+def _args_struct(name: str, loose: bool) -> type:
+    fields = [(attr, Any if loose else typ, msgspec.field(name=key or attr, default=default))
+              for attr, key, typ, default in ARG_FIELDS]
+    fields += [(attr, msgspec.Raw, msgspec.field(name=key, default=_NO_RAW)) for attr, key in RAW_ARG_FIELDS]
+    return msgspec.defstruct(name, fields, frozen=True, gc=False)
 
 
+def _event_struct(name: str, loose: bool, args: type | None) -> type:
+    fields = [(attr, Any if loose else typ, default) for attr, typ, default in EVENT_FIELDS]
+    if args is not None:
+        fields.append(("args", args, args()))
+    return msgspec.defstruct(name, fields, gc=False)
+
+
+Args = _args_struct("Args", loose=False)
+LooseArgs = _args_struct("LooseArgs", loose=True)
 _EMPTY_ARGS = Args()
 _EMPTY_LOOSE = LooseArgs()
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = _INT_MISSING
-    tid: int | str = _INT_MISSING
-    ts: float = 0.0
-    dur: float = 0.0
-    args: Args = _EMPTY_ARGS
-
-
-class LooseEvent(msgspec.Struct, gc=False):
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = _INT_MISSING
-    tid: Any = _INT_MISSING
-    ts: Any = 0.0
-    dur: Any = 0.0
-    args: LooseArgs = _EMPTY_LOOSE
+Event = _event_struct("Event", loose=False, args=Args)
+LooseEvent = _event_struct("LooseEvent", loose=True, args=LooseArgs)
+_NoArgsEvent = _event_struct("_NoArgsEvent", loose=True, args=None)
 
 
 class _MetaEvent(msgspec.Struct):
@@ -101,16 +86,6 @@ class _MetaEvent(msgspec.Struct):
     pid: int | str = _INT_MISSING
     tid: int | str = _INT_MISSING
     args: dict | None = None
-
-
-class _NoArgsEvent(msgspec.Struct, gc=False):
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = _INT_MISSING
-    tid: Any = _INT_MISSING
-    ts: Any = 0.0
-    dur: Any = 0.0
 
 
 _STRICT = msgspec.json.Decoder(list[Event])
