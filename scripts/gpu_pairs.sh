@@ -32,6 +32,15 @@ run deep_tiny      --preset optimized --model deep --set bucket_cap_mb=0.01
 # the loader pair: the same slow per-item work, 0 workers against 8
 run loader_starved --preset optimized --set item_delay_ms=0.02 --set num_workers=0
 run loader_fed     --preset optimized --set item_delay_ms=0.02 --set num_workers=8
+# the big loader with more workers (the loader fix of big_clean)
+run big_fed        --preset optimized $BIG --set num_workers=14
+run big_fp32_fed   --preset optimized $BIG --set num_workers=14 --set amp=none --set tf32=false
+# launch overhead: the same step eager (a clean twin from the same session) and compiled
+run small_eager    --preset optimized --set num_workers=8
+run small_compiled --preset optimized --set num_workers=8 --set compile=default
+# second captures of two twins of this group (the run-to-run noise within one session)
+run big_clean_2b   --preset optimized $BIG
+run small_eager_b  --preset optimized --set num_workers=8
 # repeated windows of one process
 CAP="python3 -m traceinspect.cli.capture capture --nproc 1 --overwrite --wait 1 --warmup 1 --active 3"
 run two_windows    --preset optimized --repeat 2

@@ -406,3 +406,22 @@ def test_workload_too_short_run_is_one_line(tmp_path: Path) -> None:
     assert errors == ["traceinspect: error (rank 0): the loop called prof.step() 3 time(s) but the profiler "
                       "schedule (skip_first=0, wait=1, warmup=1, active=3, repeat=1) needs 5; only a partial "
                       "trace was written (1 file(s)) -- run at least 5 steps or lower wait/warmup/active"]
+
+
+@needs_torch
+def test_loader_probe_and_worker_timing_are_recorded(cpu_capture_factory) -> None:
+    """Two workers, each sample sleeps 2 ms, batches of 8: a worker needs >= 16 ms a batch, so the pair delivers one
+    every >= 8 ms; the probe (before the loop) and the workers' own timing (during the window) both see it."""
+    folder = cpu_capture_factory(preset="optimized", nproc=1,
+                                 overrides={"num_workers": 2, "item_delay_ms": 2.0, "mlp_hidden": 256})
+    for path in trace_files(folder):
+        meta = load_trace(path)[cap.METADATA_KEY]
+        probe, timing = meta["loader_probe"], meta["loader_timing"]
+        assert probe["num_workers"] == 2 and probe["batches"] >= 6
+        assert 8_000 * 0.9 <= probe["period_us"] <= 8_000 * 4
+        assert timing["batches"] >= 1 and timing["busy_us_mean"] >= 16_000 * 0.9
+        assert timing["period_us"] == pytest.approx(timing["busy_us_mean"] / 2)
+    import traceinspect
+
+    (rank,) = traceinspect.load(folder).ranks
+    assert rank.metadata["loader_probe"]["period_us"] == probe["period_us"]

@@ -145,6 +145,18 @@ class Config:
     # its own to measure. 25 GB/s: a pinned copy over PCIe Gen4 x16 in practice (Gen5 parts reach ~50), so the
     # saving is not overstated.
     pinned_h2d_gbps_assumed: float = 25.0
+    # A step in which the GPU idled at least this long (us) waiting for the DataLoader, and at least
+    # loader_paced_min_share of the step, is paced by the loader: a faster GPU does not make the next batch arrive
+    # sooner, so GPU-side savings (compute) claim nothing of it until the loader's fix. 100 us: the warning floor,
+    # far above the few microseconds a ready batch takes to hand over.
+    loader_paced_min_us: float = 100.0
+    # The share of the step the data wait must also reach: 2 %, above the jitter of a loader that keeps up (a
+    # 120 us wait in a 123 ms step is a batch that was nearly ready, not a loader setting the pace).
+    loader_paced_min_share: float = 0.02
+    # Kernels bf16 autocast adds per fp32 GEMM kernel: each matrix op casts its two fp32 inputs (input, weight)
+    # forward and the cast's gradients flow back, ~4 cast kernels per op, whose 3 GEMMs (forward, two
+    # backward) are in the trace: 4/3. Each added kernel costs the CPU its measured time per launch.
+    autocast_casts_per_gemm: float = 4.0 / 3.0
 
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches

@@ -26,7 +26,20 @@ PAIRS = [
     ("deep_tiny", "deep_clean", ("small-buckets",), "deep"),
     ("loader_starved", "loader_fed", ("dataloader-stall",), "loader"),
 ]
+# A second group of captures (s2_, fixtures/README.md): the big family again with the loader fed (14 workers) and
+# the fp32 run fed too, and the small step eager against compiled. Their run-to-run noise (two captures of one clean
+# job differ by 6.9 and 6.5 ms) is larger than most of the savings, so they can bound a claim from above but not
+# confirm it; the test holds them to that only.
+NOISY_PAIRS = [
+    ("s2_big_pageable", "s2_big_clean", ("pageable-memcpy",), "s2_big"),
+    ("s2_big_item", "s2_big_clean", ("host-sync",), "s2_big"),
+    ("s2_big_fp32", "s2_big_clean", ("no-mixed-precision",), "s2_big"),
+    ("s2_big_fp32_fed", "s2_big_fed", ("no-mixed-precision",), "s2_big"),
+    ("s2_big_clean", "s2_big_fed", ("dataloader-stall",), "s2_big"),
+    ("s2_small_eager", "s2_small_compiled", ("launch-bound",), "s2_small"),
+]
 SECOND_CAPTURE = {"small": ("small_clean", "small_clean_b"), "big": ("big_clean", "big_clean_b")}
+NOISY_SECOND_CAPTURE = {"s2_big": ("s2_big_clean", "s2_big_clean_b"), "s2_small": ("s2_small_eager", "s2_small_eager_b")}
 # Families whose knob leaves the forward pass alone (same loader, same pinning, CPU-bound steps): there the mean
 # forward time measures how fast the CPU ran in each capture, and the saving is corrected for it.
 SPEED_CORRECTED = {"deep"}
@@ -60,8 +73,9 @@ def forward_us(name: str) -> float:
 def run_to_run(family: str, twin_mean: float) -> float:
     """The difference between two captures of the same clean job; families without a second capture take the
     largest relative difference seen in those that have one, scaled to their twin's mean step."""
-    if family in SECOND_CAPTURE:
-        a, b = SECOND_CAPTURE[family]
+    second = {**SECOND_CAPTURE, **NOISY_SECOND_CAPTURE}
+    if family in second:
+        a, b = second[family]
         return abs(mean_se(a)[0] - mean_se(b)[0])
     rel = max(abs(mean_se(a)[0] - mean_se(b)[0]) / mean_se(a)[0] for a, b in SECOND_CAPTURE.values())
     return rel * twin_mean
@@ -81,7 +95,7 @@ def table(predicted: dict) -> str:
     """Markdown table: ``predicted`` maps a problem fixture to (predicted us, severities)."""
     rows = ["| problem | twin | finding | predicted ms | measured ms (raw) | noise ms | tolerance ms | verdict |",
             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
-    for problem, twin, ids, family in PAIRS:
+    for problem, twin, ids, family in PAIRS + NOISY_PAIRS:
         m = measured(problem, twin, family)
         pred, sev = predicted[problem]
         raw = f" ({m['raw_saving_us'] / 1000:.1f})" if m["speed"] != 1.0 else ""

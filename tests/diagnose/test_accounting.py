@@ -257,3 +257,69 @@ def test_few_matched_collectives_are_thin_evidence():
     why = _thin(f, 50, DEFAULT)
     assert why and "3 matched collective" in why
     assert grade(40_000.0, 100_000.0, 100.0, why, DEFAULT)[0] == "warning"
+
+
+# --- the DataLoader's pace (fixtures/gpu_pairs/s2_*: captures that recorded loader_probe and loader_timing) -------
+
+def _steps(d: dict) -> list[dict]:
+    return d["ranks"][0]["steps"]
+
+
+def test_a_faster_gpu_claims_nothing_of_steps_the_loader_paced():
+    """s2_big_fp32: in some steps the GPU idles waiting for the next batch; bf16 alone would only make it wait
+    longer. What it saves there is claimed only after the loader's fix, apart from its own claim."""
+    d = report(FIXTURES / "gpu_pairs" / "s2_big_fp32")
+    steps = _steps(d)
+    def is_paced(s):
+        wait = s["idle_dataloader_us"] or 0
+        return wait >= DEFAULT.loader_paced_min_us and wait >= DEFAULT.loader_paced_min_share * s["wall_us"]
+
+    paced = [s for s in steps if is_paced(s)]
+    free = [s for s in steps if not is_paced(s)]
+    assert paced and free
+    mine = [(s, c) for s in steps for c in s["claims"] if c["id"] == "no-mixed-precision"]
+    assert all(c.get("after") == "dataloader-stall" for s, c in mine if s in paced)
+    assert all("after" not in c for s, c in mine if s in free) and any(s in free for s, _ in mine)
+    f = next(f for f in d["findings"] if f["id"] == "no-mixed-precision")
+    alone = [c["us"] for s, c in mine if "after" not in c]
+    assert f["time_at_stake_us"] == pytest.approx(sum(alone) / len(steps))
+    assert f["after_loader_fix"]["steps"] == [s["step"] for s, c in mine if "after" in c]
+
+
+def test_the_projection_counts_what_the_loaders_fix_unlocks():
+    """big_baseline: every step waits ~37 ms for data; bf16 alone saves nothing there, after the loader's fix
+    about 16.6 ms: the per-finding claim is 0, the projection (every fix together) still includes it."""
+    d = report(FIXTURES / "gpu" / "big_baseline")
+    f = next(f for f in d["findings"] if f["id"] == "no-mixed-precision")
+    assert f["time_at_stake_us"] == 0 and f["after_loader_fix"]["us"] > 10_000
+    (r,) = d["ranks"]
+    later = [c for c in r["claims"] if c.get("after")]
+    assert [c["id"] for c in later] == ["no-mixed-precision"]
+    assert r["projected_step_us"] == pytest.approx(r["step_us"] - sum(c["us"] for c in r["claims"]))
+
+
+def test_autocast_casts_count_against_the_bf16_saving():
+    """s2_big_fp32_fed is GPU-bound by 5 ms over the CPU's own work; autocast's casts take most of that back."""
+    folder = FIXTURES / "gpu_pairs" / "s2_big_fp32_fed"
+    with_casts = next(f for f in report(folder)["findings"] if f["id"] == "no-mixed-precision")
+    no_casts = analyze_path(folder, Config(use_cache=False, workers=1, autocast_casts_per_gemm=0.0)).to_dict()
+    without = next(f for f in no_casts["findings"] if f["id"] == "no-mixed-precision")
+    assert 0 < with_casts["time_at_stake_us"] < 0.75 * without["time_at_stake_us"]
+
+
+def test_no_fix_but_the_loaders_makes_a_step_shorter_than_the_loader_period():
+    """The probe's period bounds every other claim: here the period is set to the mean step (the real trace's
+    recorded probe replaced in memory, to make the bound bind), and only the loader's own finding keeps a claim."""
+    import traceinspect
+
+    folder = FIXTURES / "gpu_pairs" / "s2_big_pageable"
+    base = report(folder)
+    assert {f["id"] for f in base["findings"] if f["time_at_stake_us"]} - {"dataloader-stall"}
+    trace = traceinspect.load(folder)
+    for rank in trace.ranks:
+        rank.metadata["loader_probe"] = {"period_us": base["ranks"][0]["step_us"] * 10}
+    rep = traceinspect.analyze(trace)
+    claimed = {f.id for f in rep.findings if f.time_at_stake_us}
+    assert claimed <= {"dataloader-stall"}, claimed
+    capped = [f for f in rep.findings if f.extra.get("loader_bound")]
+    assert capped and all(f.extra["loader_bound"]["cut_us"] > 0 for f in capped)

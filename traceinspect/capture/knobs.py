@@ -48,6 +48,7 @@ class WorkloadConfig:
     non_blocking: bool = False         # .to(device, non_blocking=...) for inputs/labels (async only from pinned memory)
     item_delay_ms: float = 0.0         # sleep per __getitem__ (ms): simulates a slow decode/augment pipeline
     slow_rank: int = -1                # rank that gets item_delay_ms; -1 = every rank (a single slow rank makes stragglers)
+    probe_loader: bool = True          # time the loader's batches with no training work before profiling (its capacity)
     epoch_steps: int = 0               # optimizer steps per epoch (epoch ends restart non-persistent workers); 0 = one epoch for the whole run
     seed: int = 0                      # seeds the synthetic data, the model init and the sampler
 
@@ -65,6 +66,7 @@ class WorkloadConfig:
     lr: float = 1e-3                   # AdamW learning rate
     zero_grad_set_to_none: bool = False  # optimizer.zero_grad(set_to_none=...): False memsets every gradient
     tf32: bool = False                 # CUDA: TF32 matmuls (torch.set_float32_matmul_precision("high"))
+    compile: str = "none"              # torch.compile the DDP model: none | default (fused kernels) | reduce-overhead (CUDA graphs)
     sync_loss: bool = False            # call loss.item() every micro-batch (a host<->device sync, like per-step logging)
 
 
@@ -74,6 +76,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "amp": ("none", "bf16", "fp16"),
     "grad_scaler": ("auto", "on", "off"),
     "optimizer_impl": ("single", "foreach", "fused"),
+    "compile": ("none", "default", "reduce-overhead"),
 }
 
 #: Preset overrides of the dataclass defaults. Values may be callables of the

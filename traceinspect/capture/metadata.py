@@ -134,4 +134,6 @@ def describe_job(*, dataloader: Any = None, model: Any = None, accumulation_step
         "grad_scaler": _grad_scaler_flag(grad_scaler),
         "workload": _json_safe(dict(workload)) if workload is not None else None,
         "extra": _json_safe(dict(extra)) if extra is not None else None,
+        "loader_probe": None,  # filled by the capture's probe_loader (loader_probe.py), if asked
+        "loader_timing": None,  # the workers' batch times during the window (the same option)
     }

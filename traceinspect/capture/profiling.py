@@ -36,17 +36,21 @@ import json
 import os
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 from .metadata import (METADATA_KEY, METADATA_SCHEMA, _grad_scaler_flag, _json_safe, amp_dtype_name,  # noqa: F401
                        describe_dataloader, describe_ddp, describe_job, detect_rank)
+from .loader_probe import LoaderTimer, probe_loader
+from .loader_probe import probe_loader as run_probe  # (the name probe_loader is also a parameter below)
 
 __all__ = [
     "CaptureError",
     "Capture",
     "profile",
+    "probe_loader",
     "required_steps",
     "detect_rank",
     "describe_dataloader",
@@ -155,7 +159,7 @@ class Capture:
                  model: Any = None, accumulation_steps: int | None = None,
                  no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
                  workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
-                 strict: bool = True, verbose: bool = True) -> None:
+                 probe_loader: bool = False, strict: bool = True, verbose: bool = True) -> None:
         _check_schedule(wait, warmup, active, repeat, skip_first)
         if accumulation_steps is not None and (isinstance(accumulation_steps, bool) or
                                                not isinstance(accumulation_steps, int) or
@@ -178,6 +182,10 @@ class Capture:
         self._job = describe_job(dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
                                  no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler, workload=workload,
                                  extra=extra)
+        self._loader = dataloader
+        self.probe_loader = probe_loader
+        self._timer: LoaderTimer | None = None  # the workers' batch times during training (probe_loader=True)
+        self._rec_start: float | None = None  # time.monotonic() when the current window started recording
         self.metadata: dict[str, Any] = self._build_metadata()
 
     # -- metadata -----------------------------------------------------------------------
@@ -209,7 +217,8 @@ class Capture:
                         accumulation_steps: int | None = None, no_sync: bool | None = None,
                         amp_dtype: Any = None, grad_scaler: Any = None,
                         workload: Mapping[str, Any] | None = None,
-                        extra: Mapping[str, Any] | None = None) -> None:
+                        extra: Mapping[str, Any] | None = None,
+                        loader_probe: Mapping[str, Any] | None = None) -> None:
         """Add job settings known only after the capture started (e.g. a loader built later).
 
         Only the arguments given change; ``extra`` is merged key by key. The new
@@ -217,6 +226,9 @@ class Capture:
         """
         if dataloader is not None:
             self._job["dataloader"] = describe_dataloader(dataloader)
+            self._loader = dataloader
+        if loader_probe is not None:
+            self._job["loader_probe"] = _json_safe(dict(loader_probe))
         if model is not None:
             self._job["ddp"] = describe_ddp(model)
         if accumulation_steps is not None:
@@ -271,6 +283,12 @@ class Capture:
         import torch
         from torch.profiler import ProfilerActivity, schedule, tensorboard_trace_handler
 
+        if self.probe_loader and self._loader is not None and self._job.get("loader_probe") is None:
+            # the timer first: it must be on the loader before any iterator starts its workers (the probe's, which a
+            # persistent loader keeps for the loop)
+            self._timer = LoaderTimer(self._loader)
+            # before the profiler starts: the probe's batches must not be in the trace, nor the loop's in the probe
+            self._job["loader_probe"] = _json_safe(run_probe(self._loader))
         # the rank may have changed since __init__ if the process group came up in between
         self.rank, self.world_size = detect_rank()
         self.metadata = self._build_metadata()
@@ -295,13 +313,30 @@ class Capture:
         self._running = True
         if not callable(getattr(self.profiler, "preset_metadata_json", None)):
             self._install_metadata()  # schedule may start recording at step 0
+        self._note_recording()
         return self
+
+    def _note_recording(self) -> None:
+        """Remember when the current window began recording (the loader timing covers the recorded steps)."""
+        if not self._recording():
+            self._rec_start = None
+        elif self._rec_start is None:
+            self._rec_start = time.monotonic()
+
+    def _record_loader_timing(self) -> None:
+        """Put the workers' batch times of this window so far into its metadata (before the step that may end it)."""
+        if self._timer is None or not self._timer.installed or self._rec_start is None or not self._recording():
+            return
+        self._job["loader_timing"] = _json_safe(self._timer.stats(self._rec_start))
+        self.metadata = self._build_metadata()
+        self._install_metadata(now=True)
 
     def step(self) -> None:
         """Mark the end of one training step (call it once per optimizer step)."""
         if not self._running:
             raise CaptureError("prof.step() called outside the `with traceinspect.capture.profile(...)` block")
         self.steps += 1
+        self._record_loader_timing()
         if self._starts_new_cycle():
             # each window goes to its own file on purpose; torch's "clears events at the end
             # of each cycle" warning would only confuse. Filtering only on these steps keeps
@@ -313,6 +348,7 @@ class Capture:
             self.profiler.step()
         if not callable(getattr(self.profiler, "preset_metadata_json", None)):
             self._install_metadata()
+        self._note_recording()
 
     def _starts_new_cycle(self) -> bool:
         """Whether the coming ``profiler.step()`` prepares a new window (after the first)."""
@@ -369,7 +405,7 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
             dataloader: Any = None, model: Any = None, accumulation_steps: int | None = None,
             no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
             workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
-            strict: bool = True, verbose: bool = True) -> Capture:
+            probe_loader: bool = False, strict: bool = True, verbose: bool = True) -> Capture:
     """Profile a training loop into ``out_dir`` as per-rank Chrome traces (use as a context manager).
 
     Schedule: ``skip_first`` idle steps, then ``repeat`` cycles of ``wait`` idle,
@@ -389,6 +425,11 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
     ``amp_dtype`` (autocast dtype or None), ``grad_scaler`` (GradScaler or bool),
     ``workload`` and ``extra`` (any JSON-able dicts of your own).
 
+    ``probe_loader``: before the profiler starts, time how fast ``dataloader`` delivers batches with no training
+    work (:func:`traceinspect.capture.loader_probe.probe_loader`, about 3 rounds of all workers) and record it as
+    ``loader_probe``. The report then caps what any fix but the loader's may save at the step beyond the loader's
+    period. It draws batches from fresh iterators, so enable it before the loop first iterates the loader.
+
     ``strict``: when the loop ends normally with fewer steps than the schedule
     needs, raise :class:`CaptureError` (default) or only warn. ``verbose``: rank 0
     prints where the traces went.
@@ -401,4 +442,4 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
                    profile_memory=profile_memory, with_stack=with_stack, gzip=gzip,
                    dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
                    no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler,
-                   workload=workload, extra=extra, strict=strict, verbose=verbose)
+                   workload=workload, extra=extra, probe_loader=probe_loader, strict=strict, verbose=verbose)

@@ -153,6 +153,9 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
               gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph,
               find_unused_parameters=cfg.find_unused_parameters)
     opt = build_optimizer(cfg, ddp.parameters())
+    # torch.compile wraps the DDP module (DDP's own hooks and no_sync stay on ``ddp``); it compiles in the first
+    # steps, so profile after them (wait + warmup of 3 or more)
+    forward = ddp if cfg.compile == "none" else torch.compile(ddp, mode=cfg.compile)
     scaler = build_grad_scaler(cfg, device.type, note)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
     workload_meta = {"preset": preset, "device": str(device), "backend": backend, "steps": total,
@@ -164,10 +167,10 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
         with _capture.profile(out, dataloader=loader, model=ddp, accumulation_steps=cfg.accum_steps,
                               no_sync=cfg.no_sync, amp_dtype=amp_dtype,
                               grad_scaler=scaler if scaler is not None else False,
-                              workload=workload_meta, **profile_kwargs) as prof:
+                              workload=workload_meta, probe_loader=cfg.probe_loader, **profile_kwargs) as prof:
             for _ in range(total):
                 t0 = time.perf_counter()
-                _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F)
+                _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward)
                 prof.step()
                 step_times.append(time.perf_counter() - t0)
     finally:
@@ -178,7 +181,7 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
             "step_times_s": step_times}
 
 
-def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F) -> None:
+def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward) -> None:
     """One optimizer step: ``accum_steps`` micro-batches, then clip + step + zero_grad."""
     import torch
 
@@ -191,7 +194,7 @@ def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F) -> None:
             autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None
                         else contextlib.nullcontext())
             with autocast:
-                loss = F.cross_entropy(ddp(x).float(), y) / cfg.accum_steps
+                loss = F.cross_entropy(forward(x).float(), y) / cfg.accum_steps
             (scaler.scale(loss) if scaler is not None else loss).backward()
         if cfg.sync_loss:
             loss.item()

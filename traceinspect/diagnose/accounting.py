@@ -20,6 +20,10 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``),
 less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
 CPU-side finding claims that too.
+
+Where the capture probed the DataLoader (``loader_probe.period_us``: how often it delivers a batch with no training
+work), no fix but the loader's own can make a step shorter than that period: every other claim of a step shares
+``wall - period`` (the loader room); the dataloader-stall claim is the loader's own fix and is not bounded by it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from ._util import loader_period_us
 from .finding import Finding
 
 # Short names for the verdict line ("86.7 ms -> ~25 ms if fixed: dataloader 43.7 ms, pageable copies 17.7 ms").
@@ -86,13 +91,24 @@ def _col(s: pd.DataFrame, name: str) -> np.ndarray:
     return np.nan_to_num(s[name].to_numpy(dtype=float), nan=0.0)
 
 
-def _pools(ra, s: pd.DataFrame) -> dict[str, np.ndarray]:
+def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
     if ra.basis == "gpu":
         copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
-        return {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
-                "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
-                "compute": _col(s, "bd_compute"), "room": _gpu_room(s)}
-    return {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
+        pools = {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
+                 "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
+                 "compute": _col(s, "bd_compute"), "room": _gpu_room(s), PACED: _paced(s, config)}
+    else:
+        pools = {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
+    period = loader_period_us(ra)
+    if period is not None:
+        pools[LOADER_ROOM] = np.clip(_col(s, "wall_us") - period, 0.0, None)
+    return pools
+
+
+LOADER_ROOM = "loader_room"  # not a pool of the step: the bound a probed DataLoader puts on every other claim
+PACED = "paced"  # not a pool either: the steps the DataLoader paced (bool per step)
+LOADER_FIXED = "loader_fixed"  # set once the loader's own finding claimed time on the rank (its fix is in the plan)
+LOADER_OWN = "dataloader-stall"  # the one finding whose fix changes the loader itself
 
 
 def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
@@ -122,10 +138,31 @@ def _pinned_gbps(ra, config) -> float:
     return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
 
 
+def _cpu_floor(s: pd.DataFrame) -> np.ndarray:
+    """The CPU's own work of each step: its span less the time it only waited (for the GPU, for a batch)."""
+    return np.clip(_col(s, "cpu_step_us") - _col(s, "sync_us") - _col(s, "dataloader_us"), 0.0, None)
+
+
 def _gpu_room(s: pd.DataFrame) -> np.ndarray:
     """How much of the step a faster GPU could remove: the step beyond the CPU's own work."""
-    cpu_floor = np.clip(_col(s, "cpu_step_us") - _col(s, "sync_us") - _col(s, "dataloader_us"), 0.0, None)
-    return np.clip(_col(s, "wall_us") - cpu_floor, 0.0, None)
+    return np.clip(_col(s, "wall_us") - _cpu_floor(s), 0.0, None)
+
+
+def _paced(s: pd.DataFrame, config) -> np.ndarray:
+    """Steps the DataLoader paced: the GPU idled waiting for the batch, so a faster GPU alone would only wait
+    longer. What it would save there becomes real only once the loader keeps up (``after`` the loader's fix)."""
+    wait = _col(s, "idle_dataloader_us")
+    return (wait >= config.loader_paced_min_us) & (wait >= config.loader_paced_min_share * _col(s, "wall_us"))
+
+
+def _autocast_cpu_us(s: pd.DataFrame, config) -> np.ndarray:
+    """CPU time per step bf16 autocast would add: a cast kernel launch per fp32 input of each matrix op (forward
+    and backward), each at the step's measured CPU time per launch. The step of the fix is at least its CPU work."""
+    launches = _col(s, "launch_count")
+    per_launch = np.divide(_cpu_floor(s), launches, out=np.zeros(len(s)), where=launches > 0)
+    mm, mm_us = _col(s, "matmul_count"), _col(s, "matmul_us")
+    fp32_share = np.divide(_col(s, "matmul_fp32_us"), mm_us, out=np.zeros(len(s)), where=mm_us > 0)
+    return config.autocast_casts_per_gemm * mm * fp32_share * per_launch
 
 
 def _estimate(f: Finding, rank: int) -> float:
@@ -192,21 +229,39 @@ def _order_key(f: Finding) -> int:
     return ORDER.index(f.id) if f.id in ORDER else len(ORDER)
 
 
-def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float]:
-    """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, and the mean of it
-    that was GPU idle time."""
+def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float, float, np.ndarray]:
+    """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, the mean of it that
+    was GPU idle time, the mean the loader room cut from it, and what it saves per step only after the loader's
+    fix (GPU-side savings in the steps the loader paced)."""
     got = np.zeros(len(s))
-    idle = 0.0
+    after = np.zeros(len(s))
+    idle = cut = 0.0
     spill = None
+    bounded = LOADER_ROOM in pools and f.id != LOADER_OWN
     for pool, want in _demands(f, ra, s, config):
-        if pool not in pools:
+        if pool not in pools or pool in (LOADER_ROOM, PACED, LOADER_FIXED):
             continue
         want = spill if want is None else want(got) if callable(want) else want
         if want is None:
             continue
         take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
         if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
-            take = np.minimum(take, pools["room"])
+            room = pools["room"]
+            if f.id == "no-mixed-precision":  # ... and autocast's casts lengthen the CPU's work
+                room = np.clip(room - _autocast_cpu_us(s, config), 0.0, None)
+            take = np.minimum(take, room)
+            if PACED in pools:  # in a step the loader paced, only after the loader's fix (else not at all)
+                later = np.where(pools[PACED], take, 0.0)
+                if pools.get(LOADER_FIXED) is not None:
+                    after += later
+                    pools["compute"] = pools["compute"] - later
+                    pools["room"] = np.clip(pools["room"] - later, 0.0, None)
+                take = take - later
+        if bounded:  # no step gets shorter than the probed loader's period
+            capped = np.minimum(take, pools[LOADER_ROOM])
+            cut += float((take - capped).mean())
+            take = capped
+            pools[LOADER_ROOM] = pools[LOADER_ROOM] - take
         if pool in ("compute", "data", "sync") and "room" in pools:
             # The room is the step beyond the CPU's own work; waits for data or for the GPU are outside that
             # work, so what fixing them removes is no longer there for a faster GPU to remove.
@@ -216,43 +271,62 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
         if pool in IDLE_POOLS:
             idle += float(take.mean())
         spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
-    return np.where(got < 1e-3, 0.0, got), idle  # below a nanosecond: rounding of the pools, not a claim
+    if f.id == LOADER_OWN and got.sum() > 0:
+        pools[LOADER_FIXED] = True
+    # below a nanosecond: rounding of the pools, not a claim
+    return np.where(got < 1e-3, 0.0, got), idle, cut, np.where(after < 1e-3, 0.0, after)
 
 
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
     ranks = {ra.rank: ra for ra in report.ranks}
     steps = {r: real_steps(ra.steps) for r, ra in ranks.items()}
-    left = {r: _pools(ra, steps[r]) for r, ra in ranks.items()}
+    left = {r: _pools(ra, steps[r], config) for r, ra in ranks.items()}
     claims: dict[int, dict[str, np.ndarray]] = {r: {} for r in ranks}  # rank -> finding id -> us per step
     from_idle: dict[int, dict[str, float]] = {r: {} for r in ranks}  # rank -> finding id -> GPU idle it claims
+    cut_by_loader: dict[int, dict[str, float]] = {r: {} for r in ranks}  # rank -> finding id -> us the loader cut
+    later: dict[int, dict[str, np.ndarray]] = {r: {} for r in ranks}  # rank -> finding id -> us after the loader fix
     for f in sorted(findings, key=_order_key):
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):
                 continue
-            got, idle = _take(f, ranks[r], steps[r], left[r], config)
+            got, idle, cut, after = _take(f, ranks[r], steps[r], left[r], config)
+            if after.sum() > 0:
+                later[r][f.id] = later[r].get(f.id, 0.0) + after
+            if cut > 0:
+                cut_by_loader[r][f.id] = cut_by_loader[r].get(f.id, 0.0) + cut
             claims[r][f.id] = claims[r].get(f.id, 0.0) + got
             if idle and ranks[r].basis == "gpu" and f.id != LAST:
                 from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + idle
     acc = {"ranks": {}, "verdict": None}
     for r, s in steps.items():
         wall = _col(s, "wall_us")
-        per_step = [{int(st): [{"id": k, "us": float(v[i])} for k, v in claims[r].items() if v[i] > 0]}
+        per_step = [{int(st): [{"id": k, "us": float(v[i])} for k, v in claims[r].items() if v[i] > 0]
+                     + [{"id": k, "us": float(v[i]), "after": LOADER_OWN} for k, v in later[r].items() if v[i] > 0]}
                     for i, st in enumerate(s["step"])]
         total = sum(claims[r].values()) if claims[r] else np.zeros(len(s))
+        total = total + (sum(later[r].values()) if later[r] else 0.0)
         n = len(s)
         acc["ranks"][r] = {
             "step_us": float(wall.mean()) if n else None,
             "step_se_us": float(wall.std(ddof=1) / np.sqrt(n)) if n >= 2 else None,
             "steps": n,
             "projected_step_us": float((wall - total).mean()) if n else None,
-            "claims": sorted(({"id": k, "us": float(v.mean())} for k, v in claims[r].items() if v.mean() > 0),
-                             key=lambda c: -c["us"]),
+            # after: a saving that needs another finding's fix first (GPU-side savings in steps the loader paced)
+            "claims": sorted([{"id": k, "us": float(v.mean())} for k, v in claims[r].items() if v.mean() > 0]
+                             + [{"id": k, "us": float(v.mean()), "after": LOADER_OWN} for k, v in later[r].items()
+                                if v.mean() > 0], key=lambda c: -c["us"]),
             "step_claims": {k: v for d in per_step for k, v in d.items()},
         }
-    out = [_graded(f, acc, claims, from_idle, config) for f in findings]
+    periods = {r: loader_period_us(ra) for r, ra in ranks.items()}
+    out = [_graded(f, acc, claims, from_idle, config, cut_by_loader, periods, later) for f in findings]
     acc["verdict"] = _verdict(acc, out)
     return out, acc
+
+
+def acc_steps(acc: dict, rank: int) -> list[int]:
+    """The rank's steps in the order of its per-step arrays."""
+    return list((acc["ranks"].get(rank) or {}).get("step_claims", {}))
 
 
 def reference_rank(acc: dict) -> int | None:
@@ -261,7 +335,8 @@ def reference_rank(acc: dict) -> int | None:
     return max(rows)[1] if rows else None
 
 
-def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Finding:
+def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by_loader: dict,
+            periods: dict, later: dict) -> Finding:
     ref = reference_rank(acc)
     per_rank = {r: float(c[f.id].mean()) for r, c in claims.items() if f.id in c and len(c[f.id])}
     if not per_rank:
@@ -287,6 +362,13 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config) -> Fin
         "thin_evidence": thin,
         "claim_rank": rank,
     })
+    cut = cut_by_loader.get(rank, {}).get(f.id)
+    if cut is not None and cut >= 1.0 and periods.get(rank):
+        extra["loader_bound"] = {"period_us": periods[rank], "cut_us": cut}
+    after = later.get(rank, {}).get(f.id)
+    if after is not None and float(after.mean()) >= 1.0:
+        extra["after_loader_fix"] = {"id": LOADER_OWN, "us": float(after.mean()),
+                                     "steps": [int(st) for st, v in zip(acc_steps(acc, rank), after) if v > 0]}
     if f.id == LAST and rank in explained:
         extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained[rank].items(), key=lambda kv: -kv[1])
                                  if v >= 1.0]
@@ -332,12 +414,14 @@ def _verdict(acc: dict, findings: list[Finding]) -> dict | None:
     info = acc["ranks"][r]
     step, proj = info["step_us"], info["projected_step_us"]
     cl = [c for c in info["claims"] if c["us"] >= 0.005 * step]
-    largest = cl[0] if cl else None
+    largest = next((c for c in cl if not c.get("after")), None)
     if largest:
         f = next((x for x in findings if x.id == largest["id"]), None)
         largest = {"id": largest["id"], "us": largest["us"], "severity": f.severity if f else None,
                    "title": f.title if f else None}
-        parts = ", ".join(f"{LABELS.get(c['id'], c['id'])} {_ms(c['us'])}" for c in cl[:4])
+        parts = ", ".join(f"{LABELS.get(c['id'], c['id'])} {_ms(c['us'])}"
+                          + (f" after the {LABELS.get(c['after'], c['after'])} fix" if c.get("after") else "")
+                          for c in cl[:4])
         more = f", +{len(cl) - 4} more" if len(cl) > 4 else ""
         text = f"{_ms(step)} -> ~{_ms(proj, 2)} if fixed: {parts}{more}"
     else:

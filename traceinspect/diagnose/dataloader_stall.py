@@ -30,7 +30,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import mean, severity_for, step_ids
+from ._util import loader_period_us, mean, severity_for, step_ids
 
 ID = "dataloader-stall"
 TITLE = "Training loop waits on the DataLoader"
@@ -77,6 +77,8 @@ def check(report, config) -> list[Finding]:
                 "dataloader_settings": (ra.metadata or {}).get("dataloader"),
             }
         )
+        if loader_period_us(ra) is not None:  # probed at capture with no training work
+            per_rank[-1]["loader_period_us"] = loader_period_us(ra)
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:

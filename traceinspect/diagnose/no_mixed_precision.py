@@ -37,7 +37,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import mean, severity_for, step_ids
+from ._util import loader_period_us, mean, severity_for, step_ids
 
 ID = "no-mixed-precision"
 TITLE = "Matrix work in plain fp32 on a GPU with tensor cores"
@@ -49,11 +49,13 @@ FIX = (
     "# where fp32 must stay: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True\n"
     "# then profile again: with faster matmuls the data pipeline, which this trace cannot show, may set the step"
 )
-# What the time at stake assumes and the trace cannot check: the saving holds while the GPU stays the step's limit.
-# A DataLoader's worker processes are not profiled, so how much faster they could feed the step is not visible
-# (a run of this model in bf16 became loader-bound at the same step time: docs/findings.md, big_fp32).
+# What the time at stake assumes where the trace cannot check it: the saving holds while the GPU stays the step's
+# limit. A DataLoader's worker processes are not profiled, so how much faster they could feed the step is not visible
+# (a run of this model in bf16 became loader-bound at the same step time: docs/findings.md, big_fp32), unless the
+# capture probed the loader (``loader_probe``): then the accounting caps the claim at the loader's period instead.
 HOLDS_IF = ("the GPU stays the step's limit: the DataLoader's spare capacity is not in the trace (its worker "
-            "processes are not profiled)")
+            "processes are not profiled; capture with probe_loader=True to measure it)")
+FIX_PROBED = FIX.rsplit("\n", 1)[0]  # the loader's capacity was measured: no caveat about it
 SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservatively (4x)
 
 
@@ -98,12 +100,15 @@ def check(report, config) -> list[Finding]:
             "fp32_share_of_kernel_time": sh,
             "top_fp32_kernels": top,
         })
+        if loader_period_us(ra) is not None:  # probed at capture with no training work
+            per_rank[-1]["loader_period_us"] = loader_period_us(ra)
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:
         return []
     sh, sev, rank, fp32_us, device = worst
     per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
+    probed = all(e.get("loader_period_us") is not None for e in per_rank)
     return [Finding(
         id=ID,
         severity=sev,
@@ -112,7 +117,7 @@ def check(report, config) -> list[Finding]:
         ranks=sorted(ranks),
         steps=sorted(steps),
         evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
-                  "assumed_saving": SAVING, "saving_holds_if": HOLDS_IF},
-        fix=FIX,
+                  "assumed_saving": SAVING, "saving_holds_if": None if probed else HOLDS_IF},
+        fix=FIX_PROBED if probed else FIX,
         time_at_stake_us=float(np.mean([r["fp32_matmul_us_per_step"] for r in per_rank])) * SAVING,
     )]

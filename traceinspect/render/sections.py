@@ -178,6 +178,15 @@ def finding_notes(f: dict) -> list[str]:
     if f.get("explained_by"):
         why = ", ".join(f"{e['id']} {fmt.ms(e['us'])}" for e in f["explained_by"])
         out.append(f"idle explained by: {why} (claimed there, not here)")
+    af = f.get("after_loader_fix")
+    if isinstance(af, dict) and af.get("us"):
+        out.append(f"another {fmt.ms(af['us'])} per step once the DataLoader keeps up ({af.get('id')}): in steps "
+                   f"{fmt.ranges(af.get('steps'))} the GPU waited for the batch, so a faster GPU alone would only "
+                   f"wait longer")
+    lb = f.get("loader_bound")
+    if isinstance(lb, dict) and lb.get("period_us"):
+        out.append(f"capped by the DataLoader: it delivers a batch every {fmt.ms(lb['period_us'])} at best (probed "
+                   f"at capture with no training work), so {fmt.ms(lb.get('cut_us'))} more would not shorten the step")
     return out
 
 

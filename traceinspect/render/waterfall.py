@@ -34,8 +34,9 @@ def rows(d: dict) -> dict | None:
             tiny += 1 if us else 0
             continue
         f = by_id.get(c.get("id")) or {}
-        claims.append({"id": c.get("id"), "title": f.get("title", ""), "severity": f.get("severity", "info"),
-                       "us": float(us), "from_us": at})
+        label = f"{c.get('id')} after {c['after']}" if c.get("after") else c.get("id")
+        claims.append({"id": c.get("id"), "label": label, "title": f.get("title", ""),
+                       "severity": f.get("severity", "info"), "us": float(us), "from_us": at})
         at -= float(us)
     proj = r.get("projected_step_us")
     return {"rank": r["rank"], "step_us": float(r["step_us"]), "claims": claims, "tiny": tiny,
@@ -45,7 +46,7 @@ def rows(d: dict) -> dict | None:
 def bar_lines(w: dict, width: int = 40) -> list[str]:
     """The waterfall as short text bars: one line per bar, aligned, ``width`` characters for the measured step."""
     step = w["step_us"] or 1.0
-    name_w = max([len("measured step"), len("projected step")] + [len(c["id"]) + 2 for c in w["claims"]])
+    name_w = max([len("measured step"), len("projected step")] + [len(c["label"]) + 2 for c in w["claims"]])
 
     def bar(lo: float, hi: float) -> str:
         a, b = round(width * lo / step), round(width * hi / step)
@@ -54,7 +55,7 @@ def bar_lines(w: dict, width: int = 40) -> list[str]:
     out = [f"{'measured step':<{name_w}}  {fmt.ms(w['step_us']):>10}  {bar(0, w['step_us'])}"]
     for c in w["claims"]:
         drawn = bar(c["from_us"] - c["us"], c["from_us"])
-        out.append(f"{'- ' + c['id']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {drawn}")
+        out.append(f"{'- ' + c['label']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {drawn}")
     out.append(f"{'projected step':<{name_w}}  {fmt.ms(w['projected_step_us']):>10}  {bar(0, w['projected_step_us'])}")
     if w.get("tiny"):
         out.append(f"({fmt.count(w['tiny'], 'more finding')} claiming under {fmt.ms(MIN_US * 1.0, 3)} per step)")
@@ -66,7 +67,7 @@ def figure(d: dict, new_figure):
     w = rows(d)
     if w is None or not w["claims"]:
         return None
-    labels = ["measured step"] + [c["id"] for c in w["claims"]] + ["projected step"]
+    labels = ["measured step"] + [c["label"] for c in w["claims"]] + ["projected step"]
     n = len(labels)
     fig = new_figure(10.0, min(max(1.5 + 0.42 * n, 2.8), 9.0))
     ax = fig.add_subplot()

@@ -28,11 +28,27 @@ Num = float | int | None  # a JSON number (an integer count may be written witho
 _TYPES = {"int": int | None, "float": Num, "bool": bool | None}
 
 
+class LoaderBoundDoc(Struct, omit_defaults=True, kw_only=True):
+    """How much of a finding's claim the probed DataLoader cut: no step gets shorter than ``period_us``."""
+
+    period_us: Num
+    cut_us: Num
+
+
 class ClaimDoc(Struct, omit_defaults=True, kw_only=True):
     """Time per step a finding claims (``id``: the finding id), in us."""
 
     id: str
     us: Num
+    after: str | UnsetType = UNSET  # the finding whose fix this saving needs first (the DataLoader's)
+
+
+class AfterFixDoc(Struct, omit_defaults=True, kw_only=True):
+    """What a finding saves only once another finding (``id``) is fixed: ``us`` per step, in ``steps``."""
+
+    id: str
+    us: Num
+    steps: list[int]
 
 
 def _step_doc() -> type:
@@ -132,6 +148,8 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
     claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
+    loader_bound: LoaderBoundDoc | UnsetType = UNSET  # the claim beyond the probed loader's period, cut off
+    after_loader_fix: AfterFixDoc | UnsetType = UNSET  # saved only once the DataLoader keeps up (paced steps)
 
 
 class SkippedDoc(Struct):
