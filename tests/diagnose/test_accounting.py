@@ -249,7 +249,7 @@ def test_straggler_claims_the_wait_of_the_others(cpu_capture_factory):
 
 def test_few_matched_collectives_are_thin_evidence():
     """CONSTRUCTED finding (only its evidence matters here): 3 matched collectives cap a straggler at warning."""
-    from traceinspect.diagnose.accounting import _thin
+    from traceinspect.diagnose.severity import thin as _thin
     from traceinspect.diagnose.finding import Finding
 
     f = Finding(id="straggler", severity="critical", title="", ranks=[1], steps=[], evidence={"matched_collectives": 3},

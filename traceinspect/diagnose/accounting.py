@@ -21,6 +21,11 @@ part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_
 less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
 CPU-side finding claims that too.
 
+A step the DataLoader paced (the GPU idled waiting for its batch) gains nothing from a faster GPU alone: GPU-side
+claims take nothing of it, and where the loader's own finding claims the rank, what they would save there once the
+loader keeps up is kept apart (``after``), counted in the projection but not in the finding's own claim. bf16
+autocast's casts add CPU work, taken off the room of ``no-mixed-precision``.
+
 Where the capture probed the DataLoader (``loader_probe.period_us``: how often it delivers a batch with no training
 work), no fix but the loader's own can make a step shorter than that period: every other claim of a step shares
 ``wall - period`` (the loader room); the dataloader-stall claim is the loader's own fix and is not bounded by it.
@@ -34,7 +39,9 @@ import numpy as np
 import pandas as pd
 
 from ._util import loader_period_us
+from .bounds import autocast_cpu_us, col, gpu_room, paced
 from .finding import Finding
+from .severity import grade, thin as thin_evidence  # noqa: F401  (grade: part of this module's interface)
 
 # Short names for the verdict line ("86.7 ms -> ~25 ms if fixed: dataloader 43.7 ms, pageable copies 17.7 ms").
 LABELS = {
@@ -85,10 +92,7 @@ def real_steps(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _col(s: pd.DataFrame, name: str) -> np.ndarray:
-    if name not in s:
-        return np.zeros(len(s))
-    return np.nan_to_num(s[name].to_numpy(dtype=float), nan=0.0)
+_col = col  # (the name the functions below use)
 
 
 def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
@@ -96,7 +100,7 @@ def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
         copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
         pools = {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
                  "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
-                 "compute": _col(s, "bd_compute"), "room": _gpu_room(s), PACED: _paced(s, config)}
+                 "compute": _col(s, "bd_compute"), "room": gpu_room(s), PACED: paced(s, config)}
     else:
         pools = {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
     period = loader_period_us(ra)
@@ -136,33 +140,6 @@ def _pinned_gbps(ra, config) -> float:
     s = ra.steps
     b, t = _col(s, "pinned_h2d_bytes").sum(), _col(s, "pinned_h2d_time_us").sum()
     return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
-
-
-def _cpu_floor(s: pd.DataFrame) -> np.ndarray:
-    """The CPU's own work of each step: its span less the time it only waited (for the GPU, for a batch)."""
-    return np.clip(_col(s, "cpu_step_us") - _col(s, "sync_us") - _col(s, "dataloader_us"), 0.0, None)
-
-
-def _gpu_room(s: pd.DataFrame) -> np.ndarray:
-    """How much of the step a faster GPU could remove: the step beyond the CPU's own work."""
-    return np.clip(_col(s, "wall_us") - _cpu_floor(s), 0.0, None)
-
-
-def _paced(s: pd.DataFrame, config) -> np.ndarray:
-    """Steps the DataLoader paced: the GPU idled waiting for the batch, so a faster GPU alone would only wait
-    longer. What it would save there becomes real only once the loader keeps up (``after`` the loader's fix)."""
-    wait = _col(s, "idle_dataloader_us")
-    return (wait >= config.loader_paced_min_us) & (wait >= config.loader_paced_min_share * _col(s, "wall_us"))
-
-
-def _autocast_cpu_us(s: pd.DataFrame, config) -> np.ndarray:
-    """CPU time per step bf16 autocast would add: a cast kernel launch per fp32 input of each matrix op (forward
-    and backward), each at the step's measured CPU time per launch. The step of the fix is at least its CPU work."""
-    launches = _col(s, "launch_count")
-    per_launch = np.divide(_cpu_floor(s), launches, out=np.zeros(len(s)), where=launches > 0)
-    mm, mm_us = _col(s, "matmul_count"), _col(s, "matmul_us")
-    fp32_share = np.divide(_col(s, "matmul_fp32_us"), mm_us, out=np.zeros(len(s)), where=mm_us > 0)
-    return config.autocast_casts_per_gemm * mm * fp32_share * per_launch
 
 
 def _estimate(f: Finding, rank: int) -> float:
@@ -248,7 +225,7 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
         if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
             room = pools["room"]
             if f.id == "no-mixed-precision":  # ... and autocast's casts lengthen the CPU's work
-                room = np.clip(room - _autocast_cpu_us(s, config), 0.0, None)
+                room = np.clip(room - autocast_cpu_us(s, config), 0.0, None)
             take = np.minimum(take, room)
             if PACED in pools:  # in a step the loader paced, only after the loader's fix (else not at all)
                 later = np.where(pools[PACED], take, 0.0)
@@ -348,7 +325,7 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by
         claim = per_rank[rank]
     info = acc["ranks"].get(rank) or {}
     step, se, nsteps = info.get("step_us"), info.get("step_se_us"), info.get("steps") or 0
-    thin = _thin(f, nsteps, config)
+    thin = thin_evidence(f, nsteps, config)
     # With fewer steps than the thin-evidence line the standard error is itself too uncertain to judge noise by
     # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
     if nsteps < config.thin_evidence_min_steps:
@@ -373,38 +350,6 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by
         extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained[rank].items(), key=lambda kv: -kv[1])
                                  if v >= 1.0]
     return replace(f, severity=sev, time_at_stake_us=claim, extra=extra)
-
-
-def _thin(f: Finding, nsteps: int, config) -> str | None:
-    if nsteps < config.thin_evidence_min_steps:
-        return f"{nsteps} step(s) analyzed, fewer than {config.thin_evidence_min_steps}"
-    matched = (f.evidence or {}).get("matched_collectives")
-    if matched is not None and matched < config.thin_evidence_min_collectives:
-        return f"{matched} matched collective(s), fewer than {config.thin_evidence_min_collectives}"
-    return None
-
-
-def grade(claim: float | None, step: float | None, se: float | None, thin: str | None, config) -> tuple[str, str]:
-    """The one severity scale (docs/findings.md): share of the step at stake, absolute floors, noise, evidence."""
-    if claim is None or not step:
-        return "info", "no time at stake could be measured"
-    share = claim / step
-    c_share, c_us = config.severity_critical_share, config.severity_critical_min_us
-    w_share, w_us = config.severity_warning_share, config.severity_warning_min_us
-    amount = f"{claim / 1000:.2f} ms" if claim >= 10 else f"{claim:.1f} us"
-    head = f"{amount} of a {step / 1000:.2f} ms step ({100 * share:.1f} %)"
-    if share < w_share or claim < w_us:
-        return "info", f"{head}: below the warning line ({100 * w_share:.0f} % and {w_us / 1000:.1f} ms)"
-    noise = config.severity_noise_se * se if se is not None else None
-    if noise is not None and claim < noise:
-        return "info", (f"{head}: within the step-to-step noise ({config.severity_noise_se:.0f} standard errors of "
-                        f"the mean step = {noise / 1000:.2f} ms), so a fix could not be confirmed by measuring")
-    if share >= c_share and claim >= c_us:
-        if thin:
-            return "warning", f"{head}: at most a warning, thin evidence: {thin}"
-        return "critical", f"{head}: at least {100 * c_share:.0f} % and {c_us / 1000:.1f} ms"
-    return "warning", f"{head}: at least {100 * w_share:.0f} % and {w_us / 1000:.1f} ms" + (
-        f" (thin evidence: {thin})" if thin else "")
 
 
 def _verdict(acc: dict, findings: list[Finding]) -> dict | None:
