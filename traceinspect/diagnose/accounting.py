@@ -287,6 +287,7 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
         acc["ranks"][r] = {
             "step_us": float(wall.mean()) if n else None,
             "step_se_us": float(wall.std(ddof=1) / np.sqrt(n)) if n >= 2 else None,
+            "_wall": wall,  # per step, for the residual noise of each claim (not part of the report)
             "steps": n,
             "projected_step_us": float((wall - total).mean()) if n else None,
             # after: a saving that needs another finding's fix first (GPU-side savings in steps the loader paced)
@@ -298,6 +299,8 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
     periods = {r: loader_period_us(ra) for r, ra in ranks.items()}
     out = [_graded(f, acc, claims, from_idle, config, cut_by_loader, periods, later) for f in findings]
     acc["verdict"] = _verdict(acc, out)
+    for info in acc["ranks"].values():
+        info.pop("_wall", None)
     return out, acc
 
 
@@ -326,6 +329,11 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by
     info = acc["ranks"].get(rank) or {}
     step, se, nsteps = info.get("step_us"), info.get("step_se_us"), info.get("steps") or 0
     thin = thin_evidence(f, nsteps, config)
+    # The noise a claim is judged by is that of the steps *without* it: a stall that comes and goes is both the
+    # claim and most of the step's spread, and measuring the fix removes that spread with it.
+    own = claims.get(rank, {}).get(f.id)
+    if se is not None and own is not None and nsteps >= 2 and "_wall" in info:
+        se = float((info["_wall"] - own).std(ddof=1) / np.sqrt(nsteps))
     # With fewer steps than the thin-evidence line the standard error is itself too uncertain to judge noise by
     # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
     if nsteps < config.thin_evidence_min_steps:

@@ -29,7 +29,8 @@ def grade(claim: float | None, step: float | None, se: float | None, thin: str |
     noise = config.severity_noise_se * se if se is not None else None
     if noise is not None and claim < noise:
         return "info", (f"{head}: within the step-to-step noise ({config.severity_noise_se:.0f} standard errors of "
-                        f"the mean step = {noise / 1000:.2f} ms), so a fix could not be confirmed by measuring")
+                        f"the mean step without it = {noise / 1000:.2f} ms), so a fix could not be confirmed by "
+                        "measuring")
     if share >= c_share and claim >= c_us:
         if thin:
             return "warning", f"{head}: at most a warning, thin evidence: {thin}"
