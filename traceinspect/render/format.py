@@ -154,7 +154,7 @@ def label(key: str) -> str:
     words = [w for w in str(key).split("_") if w and w.lower() not in _UNIT_TOKENS]
     if not words:
         return str(key)
-    if unit_of(str(key)) == "ms" and "time" not in words:  # "idle_us_per_step": the unit was the noun
+    if unit_of(str(key)) == "ms" and not {"time", "period"} & set(words):  # "idle_us_per_step": the unit was the noun
         at = words.index("per") if "per" in words else len(words)
         words.insert(at, "time")
     return " ".join(_TOKENS.get(w.lower(), w) for w in words)
