@@ -46,11 +46,14 @@ def test_bad_settings_are_one_line_errors(text, why, capsys):
 
 
 def test_every_threshold_is_read_by_some_rule_or_analysis():
-    # The accounting (diagnose/accounting.py) reads the severity scale for every rule.
+    # The accounting (diagnose/accounting.py, with its bounds.py and severity.py) reads the severity scale for
+    # every rule and the bounds of a faster step.
     accounting = {"severity_critical_share", "severity_critical_min_us", "severity_warning_share",
                   "severity_warning_min_us", "severity_noise_se", "thin_evidence_min_steps",
-                  "thin_evidence_min_collectives", "pinned_h2d_gbps_assumed"}
-    src = (Path(__file__).resolve().parents[1] / "traceinspect" / "diagnose" / "accounting.py").read_text()
+                  "thin_evidence_min_collectives", "pinned_h2d_gbps_assumed", "loader_paced_min_us",
+                  "loader_paced_min_share", "autocast_casts_per_gemm"}
+    here = Path(__file__).resolve().parents[1] / "traceinspect" / "diagnose"
+    src = "".join((here / f).read_text() for f in ("accounting.py", "bounds.py", "severity.py"))
     assert accounting == set(re.findall(r"config\.([a-z_0-9]+)", src))
     read = {n for r in all_rules() for n in thresholds_of(r)} | {"short_kernel_us", "util_window_us"} | accounting
     assert {f.name for f in thresholds()} == read
