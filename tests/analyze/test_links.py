@@ -138,3 +138,13 @@ def test_joins_equal_the_reference_on_constructed_events(rows):
     np.testing.assert_array_equal(L.enclosing_ops(ev, calls), _ref_enclosing(ev, calls))
     np.testing.assert_array_equal(L.launching_ops(ev, gpu), _ref_launching(ev, gpu))
     np.testing.assert_array_equal(L.launch_calls(ev).to_numpy(), _ref_launch_calls(ev).to_numpy())
+
+
+@given(st.lists(st.integers(-1, 1 << 40), max_size=30), st.lists(st.integers(-1, 1 << 40), max_size=30),
+       st.booleans())
+def test_isin_equals_numpy_isin(values, among, dense):
+    """Constructed ids, dense (the table lookup) or spread over a wide range (the hash lookup)."""
+    a, b = np.array(values, np.int64), np.array(among, np.int64)
+    if dense:
+        a, b = a % 1000, b % 1000
+    np.testing.assert_array_equal(E.isin(a, b), np.isin(a, b))

@@ -31,7 +31,17 @@ def rows_sharing_corr(ev: pd.DataFrame, rows: np.ndarray, targets: np.ndarray) -
     if keys is None:
         index = pd.MultiIndex.from_arrays([win[targets], corr[targets]])
         return rows[pd.MultiIndex.from_arrays([win[rows], corr[rows]]).isin(index)]
-    return rows[np.isin(keys[rows], keys[targets])]
+    return rows[isin(keys[rows], keys[targets])]
+
+
+def isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """``np.isin`` for integer ids: a lookup table over the range of ``among`` where that range is small (ids
+    are dense: ten times faster than sorting), else a hash lookup."""
+    if not len(values) or not len(among):
+        return np.zeros(len(values), bool)
+    if int(among.max()) - int(among.min()) < (1 << 25):
+        return np.isin(values, among, kind="table")
+    return pd.Series(values).isin(among).to_numpy()
 
 
 def window_keys(win: np.ndarray, ids: np.ndarray) -> np.ndarray | None:

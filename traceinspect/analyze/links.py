@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .events import linked_runtime_rows, pair_keys, window_keys
+from .events import isin, linked_runtime_rows, pair_keys, window_keys
 from ..load.trace import Kind
 
 
@@ -63,6 +63,7 @@ def _ops_by_external_id(ev: pd.DataFrame, cpu: np.ndarray, win: np.ndarray, ext:
     carry one id, the shortest (the first of equals)."""
     ids = ev["ext"].to_numpy()
     ops = cpu[ids[cpu] >= 0]
+    ops = ops[isin(ids[ops], ext)]  # only the ids asked for: sorting every op is most of the work otherwise
     ops = ops[np.argsort(ev["dur"].to_numpy()[ops], kind="stable")]
     keys = pair_keys([(ev["window"].to_numpy()[ops], ids[ops]), (win, ext)])
     if keys is None:  # ids too large for one integer key: join on both columns
