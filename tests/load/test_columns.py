@@ -82,7 +82,7 @@ def test_columns_equal_the_reference(path):
         assert _strings(cols[col]) == values, col
         assert cols[col][1] == list(dict.fromkeys(v for v in values if v is not None)), col  # first appearance
     for col in C.RAW_COLS:
-        got = cols[col] or [None] * len(ref)
+        got = cols[col] if cols[col] is not None else [None] * len(ref)
         assert [None if v is None else json.loads(v) for v in got] == [r[col] for r in ref], col
 
 

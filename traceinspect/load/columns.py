@@ -256,14 +256,20 @@ def _finish(out: dict, args: list) -> dict:
         get = _G[col]
         vals = [bytes(get(args[i])).decode() or None for i in rows]
         if any(vals):
-            full = [None] * n
-            for i, v in zip(rows, vals):
-                full[i] = v
+            full = np.empty(n, object)  # all None
+            full[rows] = _objects(vals)
             out[col] = full
         else:
             out[col] = None
     _drop_impossible_times(out)
     return out
+
+
+def _objects(values: list) -> np.ndarray:
+    """A list as a 1-d object array, element for element (``np.array`` would split equal-length sequences)."""
+    arr = np.empty(len(values), object)
+    arr[:] = values
+    return arr
 
 
 # Microseconds beyond any clock a trace uses (the Unix epoch reaches 1.8e15 us in 2027): a damaged value.
@@ -281,10 +287,9 @@ def _drop_impossible_times(out: dict) -> None:
     for col in STR_COLS:
         codes, table = out[col]
         out[col] = (codes[ok], table)
-    rows = np.flatnonzero(ok)
     for col in RAW_COLS:
         if out[col] is not None:
-            out[col] = [out[col][i] for i in rows]
+            out[col] = out[col][ok]
     out["n"] = int(ok.sum())
 
 

@@ -33,7 +33,7 @@ ProgressFn = Callable[[str, int, int], None]  # (file, bytes done in this call, 
 class FileResult:
     path: str
     meta: dict
-    columns: dict  # column name -> np.ndarray / list
+    columns: dict  # column name -> np.ndarray, or list for a text column read from the cache
     nbytes: int
 
 
@@ -56,12 +56,9 @@ def _concat_pieces(pieces: list[dict]) -> dict:
             parts.append(remap[codes])  # code -1 picks the trailing -1
         codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
         out[col] = (codes, list(table))
-    for col in RAW_COLS:
+    for col in RAW_COLS:  # object arrays (None where a piece has none)
         if any(p[col] is not None for p in pieces):
-            vals: list = []
-            for p in pieces:
-                vals.extend(p[col] if p[col] is not None else [None] * p["n"])
-            out[col] = vals
+            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
         else:
             out[col] = None
     out["n"] = n
@@ -161,9 +158,12 @@ def _frame(cols: dict, window: int, shift_us: float) -> pd.DataFrame:
             if strings else pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=pd.Index([], dtype=object))
     for col in RAW_COLS:
         raw = cols[col]
-        arr = np.empty(n, dtype=object)  # all None
-        if raw is not None:
-            arr[:] = raw
+        if isinstance(raw, np.ndarray):  # decoded: an object array already
+            arr = raw
+        else:  # from the cache (a list) or absent
+            arr = np.empty(n, dtype=object)  # all None
+            if raw is not None:
+                arr[:] = raw
         data[col] = pd.Series(arr, dtype=object, copy=False)  # object, not str: None stays None
     data["window"] = np.full(n, window, np.int16)
     return pd.DataFrame(data, copy=False)
