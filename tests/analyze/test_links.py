@@ -65,7 +65,8 @@ def _ref_launching(ev, gpu):
     out[has] = _ref_enclosing(ev, rt[has], ext[has])
     rest = np.flatnonzero(~has)
     cpu = np.flatnonzero(ev["kind"].to_numpy() == int(Kind.CPU_OP))
-    m = pd.DataFrame({"window": win[rest], "ext": ext[rest], "pos": rest}).merge(_ref_ops(ev, cpu), on=["window", "ext"])
+    m = pd.DataFrame({"window": win[rest], "ext": ext[rest], "pos": rest}).merge(_ref_ops(ev, cpu),
+                                                                               on=["window", "ext"])
     out[m["pos"].to_numpy()] = m["op"].to_numpy()
     return out
 

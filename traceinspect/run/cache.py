@@ -191,6 +191,14 @@ class _ColumnsMeta(msgspec.Struct):
     file: str
 
 
+def has_columns(path: Path, config: Config) -> bool:
+    """An entry of ``path``'s columns exists (without reading it)."""
+    try:
+        return (_dir(config) / f"cols-{_key(path)}.parquet").exists()
+    except OSError:
+        return False
+
+
 def get(path: Path, config: Config):
     import numpy as np
 
