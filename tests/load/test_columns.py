@@ -4,6 +4,7 @@ values that repeat as joint tuples; these tests say it loses or moves nothing, o
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -131,3 +132,18 @@ def test_an_unlisted_phase_takes_the_untagged_decoder():
     cols = dec.decode_array(data)
     assert cols["n"] == 1 and cols["stream"].tolist() == [7] and cols["corr"].tolist() == [5]
     assert _strings(cols["name"]) == ["k"]
+
+
+def test_a_header_longer_than_a_megabyte_is_still_cut(tmp_path):
+    """The public trace with a 3 MB key written before its events (constructed header): the byte-range plan finds
+    the array beyond the first megabyte it looks at, and the columns are the file's own."""
+    from traceinspect.load.layout import plan_ranges
+    from public_traces import DIFF_CONTROL, need, only_file
+
+    src = only_file(need(DIFF_CONTROL))
+    text = gzip.decompress(src.read_bytes())
+    padded = tmp_path / "padded.json"
+    padded.write_bytes(b'{\n  "pad": "' + b"x" * (3 << 20) + b'",' + text.lstrip()[1:])
+    plan = plan_ranges(str(padded))
+    assert plan is not None and plan["ranges"][0][0] > 3 << 20
+    _same(decode_file(str(padded)).columns, decode_file(str(src)).columns)
