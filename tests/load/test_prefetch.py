@@ -1,5 +1,5 @@
 """load/prefetch.py: a big plain trace's pieces decoded while the analysis stack is imported give the report the same
-columns and the same report; the pieces are only started where the report will cut the file into pieces."""
+columns and the same report; the pieces are only started for a folder of one plain file, with several workers."""
 
 from __future__ import annotations
 
@@ -94,15 +94,17 @@ def test_a_forked_child_never_waits_on_the_parents_pieces(plain, monkeypatch):
     assert not prefetch._POOL
 
 
-@pytest.mark.parametrize("case", ["gzip", "as many files as workers", "cached columns", "dask"])
+@pytest.mark.parametrize("case", ["gzip", "as many files as workers", "two files, four workers", "cached columns",
+                                  "dask"])
 def test_nothing_is_started_where_the_report_would_not_cut_the_file(plain, tmp_path, case):
     cfg = Config(use_cache=False, workers=2)
     if case == "gzip":
         gz = plain.parent / "rank3.pt.trace.json.gz"
         gz.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=1))
         plain.unlink()
-    elif case == "as many files as workers":
+    elif case in ("as many files as workers", "two files, four workers"):
         (plain.parent / "rank4.pt.trace.json").write_bytes(plain.read_bytes())
+        cfg = Config(use_cache=False, workers=2 if case.startswith("as many") else 4)
     elif case == "cached columns":
         report_folder(plain.parent, Config(workers=1, cache_dir=str(tmp_path / "cache")))  # fills the cache
         cfg = Config(workers=2, cache_dir=str(tmp_path / "cache"))

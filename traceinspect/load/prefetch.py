@@ -6,9 +6,8 @@ the pieces of the files the report will cut into pieces, and the import runs mea
 collects the pieces it finds started (``take``) instead of submitting them again. The columns are the same either
 way: the same ``decode_range`` on the same byte ranges.
 
-Only where the work is certain to be wanted: the local executor with several workers, a folder holding fewer
-trace files than workers (each then cut into pieces), plain (uncompressed) files, and no cached columns to read
-instead. This module imports only the standard library until it starts, so it costs nothing elsewhere.
+Only where the work is certain to be wanted: the local executor with several workers, one trace file (which the
+report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module imports only the standard library until it starts, so it costs nothing elsewhere.
 """
 
 from __future__ import annotations
@@ -82,8 +81,10 @@ def _start(path, config) -> bool:
         from .discover import find_trace_files
 
         files = [str(f) for f in find_trace_files(path)]
-        if not files or len(files) >= n or _cached(files, config):
-            return False  # as many files as workers: one file per worker, decoded whole (reader.decode_files)
+        # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
+        # every rank's columns would wait in memory while the first is analysed).
+        if len(files) != 1 or _cached(files, config):
+            return False
         plans = {f: plan_ranges(f) for f in files}
     except Exception:  # noqa: BLE001 - no usable files, a missing module...: the report finds out and says so
         return False
