@@ -13,9 +13,11 @@ import argparse
 import pstats
 
 STAGES = [
+    ("import of numpy, pandas, pyarrow", "traceinspect/_optional.py", "require"),
     ("decode (files -> columns)", "load/reader.py", "_decode_all"),
     ("  msgspec decode", "", "<method 'decode' of 'msgspec.json.Decoder' objects>"),
-    ("  columns from events", "load/decode.py", "columns_from_events"),
+    ("  columns from events", "load/columns.py", "columns_from_tagged"),
+    ("  columns (untagged paths)", "load/columns.py", "columns_from_events"),
     ("assemble (columns -> DataFrame)", "load/reader.py", "_assemble"),
     ("per-rank analysis", "analyze/rank.py", "analyze_rank"),
     ("cross-rank + rules", "diagnose/engine.py", "finish"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .events import linked_runtime_rows
+from .events import isin, linked_runtime_rows, pair_keys, window_keys
 from ..load.trace import Kind
 
 
@@ -17,8 +17,12 @@ def launch_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """The runtime / driver calls that launched GPU work, one per (window, correlation): columns window, corr, rt
     (the call's row)."""
     rt = linked_runtime_rows(ev)
-    return pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
-                         "rt": rt}).drop_duplicates(["window", "corr"])
+    win, corr = ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]
+    keys = window_keys(win, corr)
+    if keys is None:
+        return pd.DataFrame({"window": win, "corr": corr, "rt": rt}).drop_duplicates(["window", "corr"])
+    first = np.flatnonzero(~pd.Index(keys).duplicated())
+    return pd.DataFrame({"window": win[first], "corr": corr[first], "rt": rt[first]}, index=first)
 
 
 def enclosing_ops(ev: pd.DataFrame, calls: np.ndarray, ext: np.ndarray | None = None) -> np.ndarray:
@@ -35,12 +39,8 @@ def enclosing_ops(ev: pd.DataFrame, calls: np.ndarray, ext: np.ndarray | None = 
         return out
     ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
     ext = ev["ext"].to_numpy()[calls] if ext is None else ext
-    ops = pd.DataFrame({"window": win[cpu], "ext": ev["ext"].to_numpy()[cpu], "op": cpu, "odur": dur[cpu]})
-    ops = ops[ops["ext"] >= 0].sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
-    q = pd.DataFrame({"window": win[calls], "ext": ext, "pos": np.arange(len(calls))})
-    m = q.merge(ops[["window", "ext", "op"]], on=["window", "ext"], how="inner")
-    if len(m):
-        pos, op = m["pos"].to_numpy(), m["op"].to_numpy()
+    pos, op = _ops_by_external_id(ev, cpu, win[calls], ext)
+    if len(pos):
         rr = calls[pos]
         ok = (ts[op] <= ts[rr]) & (ts[rr] <= ts[op] + dur[op]) & (tid[op] == tid[rr])
         out[pos[ok]] = op[ok]
@@ -53,17 +53,44 @@ def enclosing_ops(ev: pd.DataFrame, calls: np.ndarray, ext: np.ndarray | None = 
         if not len(cand):
             continue
         cand = cand[np.argsort(ts[cand], kind="stable")]
-        starts, ends = ts[cand], ts[cand] + dur[cand]
         idx = grp["i"].to_numpy()
-        xs = ts[calls[idx]]
-        js = np.searchsorted(starts, xs, side="right") - 1
-        for i, x, j in zip(idx, xs, js):
-            # Ops on a thread nest: the latest-starting op that still encloses the call is the innermost.
-            for k in range(j, max(j - 256, -1), -1):
-                if ends[k] >= x:
-                    out[i] = cand[k]
-                    break
+        out[idx] = _innermost(cand, ts[cand], ts[cand] + dur[cand], ts[calls[idx]])
     return out
+
+
+def _ops_by_external_id(ev: pd.DataFrame, cpu: np.ndarray, win: np.ndarray, ext: np.ndarray):
+    """(positions into the calls, op rows): the CPU op each call's (window, External id) names; where several ops
+    carry one id, the shortest (the first of equals)."""
+    ids = ev["ext"].to_numpy()
+    ops = cpu[ids[cpu] >= 0]
+    ops = ops[isin(ids[ops], ext)]  # only the ids asked for: sorting every op is most of the work otherwise
+    ops = ops[np.argsort(ev["dur"].to_numpy()[ops], kind="stable")]
+    keys = pair_keys([(ev["window"].to_numpy()[ops], ids[ops]), (win, ext)])
+    if keys is None:  # ids too large for one integer key: join on both columns
+        o = pd.DataFrame({"window": ev["window"].to_numpy()[ops], "ext": ids[ops], "op": ops})
+        q = pd.DataFrame({"window": win, "ext": ext, "pos": np.arange(len(ext))})
+        m = q.merge(o.drop_duplicates(["window", "ext"]), on=["window", "ext"], how="inner")
+        return m["pos"].to_numpy(), m["op"].to_numpy()
+    first = ~pd.Index(keys[0]).duplicated()
+    at = pd.Index(keys[0][first]).get_indexer(keys[1])
+    pos = np.flatnonzero(at >= 0)
+    return pos, ops[first][at[pos]]
+
+
+def _innermost(cand: np.ndarray, starts: np.ndarray, ends: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """For times ``xs``: the op of ``cand`` (one thread's ops, by start) that encloses each, the latest-starting
+    one (ops on a thread nest, so it is the innermost), looking back at most 256 ops; -1 where none does."""
+    found = np.full(len(xs), -1, np.int64)
+    js = np.searchsorted(starts, xs, side="right") - 1
+    open_ = np.flatnonzero(js >= 0)
+    for back in range(256):
+        if not len(open_):
+            break
+        k = js[open_] - back
+        hit = ends[k] >= xs[open_]
+        found[open_[hit]] = cand[k[hit]]
+        open_ = open_[~hit & (k > 0)]
+    return found
 
 
 def launching_ops(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
@@ -76,18 +103,25 @@ def launching_ops(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
     if not len(gpu_rows):
         return out
     win, corr, ext = (ev[c].to_numpy()[gpu_rows] for c in ("window", "corr", "ext"))
-    q = pd.DataFrame({"window": win, "corr": corr, "pos": np.arange(len(gpu_rows))})
-    q = q.merge(launch_calls(ev), on=["window", "corr"], how="left").sort_values("pos")
-    rt = q["rt"].fillna(-1).to_numpy().astype(np.int64)
+    rt = _launch_call_of(ev, win, corr)
     has = rt >= 0
     out[has] = enclosing_ops(ev, rt[has], ext[has])
     if (~has).any():
-        kind = ev["kind"].to_numpy()
-        cpu = np.flatnonzero((kind == int(Kind.CPU_OP)) & (ev["ext"].to_numpy() >= 0))
-        ops = pd.DataFrame({"window": ev["window"].to_numpy()[cpu], "ext": ev["ext"].to_numpy()[cpu], "op": cpu,
-                            "odur": ev["dur"].to_numpy()[cpu]})
-        ops = ops.sort_values("odur", kind="stable").drop_duplicates(["window", "ext"])
+        cpu = np.flatnonzero(ev["kind"].to_numpy() == int(Kind.CPU_OP))
         rest = np.flatnonzero(~has)
-        m = pd.DataFrame({"window": win[rest], "ext": ext[rest], "pos": rest}).merge(ops, on=["window", "ext"])
-        out[m["pos"].to_numpy()] = m["op"].to_numpy()
+        pos, op = _ops_by_external_id(ev, cpu, win[rest], ext[rest])
+        out[rest[pos]] = op
     return out
+
+
+def _launch_call_of(ev: pd.DataFrame, win: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For (window, correlation) pairs: the row of the runtime call that launched that GPU work, or -1."""
+    calls = launch_calls(ev)
+    cw, cc, crt = (calls[c].to_numpy() for c in ("window", "corr", "rt"))
+    keys = pair_keys([(cw, cc), (win, corr)])
+    if keys is None:  # ids too large for one integer key: join on both columns
+        q = pd.DataFrame({"window": win, "corr": corr, "pos": np.arange(len(win))})
+        q = q.merge(calls, on=["window", "corr"], how="left").sort_values("pos")
+        return q["rt"].fillna(-1).to_numpy().astype(np.int64)
+    at = pd.Index(keys[0]).get_indexer(keys[1])
+    return np.where(at >= 0, crt[np.maximum(at, 0)] if len(crt) else -1, -1).astype(np.int64)

@@ -48,6 +48,25 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
     steps = find_steps(rank)
     table = attribute(rank, steps, config)
     basis = "gpu" if len(steps.gpu_index) else "cpu"
+    ra = RankAnalysis(
+        rank=rank.rank,
+        world_size=rank.world_size,
+        files=rank.files,
+        device=rank.device_name,
+        compute_capability=rank.compute_capability,
+        basis=basis,
+        steps=table,
+        tables={},
+        metadata=rank.metadata,
+        distributed=rank.distributed,
+        base_ns=rank.base_ns,
+        event_count=len(rank.events),
+    )
+    _run_extensions(rank, steps, ra, config)
+    return ra
+
+
+def _base_tables(rank: RankTrace, steps) -> dict[str, pd.DataFrame]:
     tables = {
         "kernels": kernel_summary(rank, steps),
         "cpu_ops": cpu_op_summary(rank, steps),
@@ -58,22 +77,7 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
     if steps.partial is not None:  # cut at a window's end: listed in the report, not counted as steps
         tables["partial_steps"] = steps.partial.assign(cpu_us=steps.partial["cpu_end"] - steps.partial["cpu_start"])[
             ["step", "window", "cpu_us"]]
-    ra = RankAnalysis(
-        rank=rank.rank,
-        world_size=rank.world_size,
-        files=rank.files,
-        device=rank.device_name,
-        compute_capability=rank.compute_capability,
-        basis=basis,
-        steps=table,
-        tables=tables,
-        metadata=rank.metadata,
-        distributed=rank.distributed,
-        base_ns=rank.base_ns,
-        event_count=len(rank.events),
-    )
-    _run_extensions(rank, steps, ra, config)
-    return ra
+    return tables
 
 
 # A rank this big runs its extensions on several cores (forked workers share its events copy-on-write).
@@ -102,14 +106,16 @@ def _extension_in_child(i: int):
 
 
 def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) -> None:
-    """The per-rank extensions read only the base step table and the events, never each other's output, so on a
-    big rank they run side by side: the first here, the others in forked workers; results merge in list order."""
+    """The base tables, then the per-rank extensions. These read only the base step table and the events, never
+    each other's output or the base tables, so on a big rank they run side by side: the base tables and the first
+    extension here, the other extensions in forked workers; the tables merge in that order."""
     global _FORKED
     exts = _rank_extensions()
     from ..run.pool import can_fork, process_pool, worker_count
 
     workers = worker_count(config)
     if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not can_fork():
+        ra.tables.update(_base_tables(rank, steps))
         for extend in exts:
             _run_extension(extend, rank, steps, ra, config)
         return
@@ -117,6 +123,7 @@ def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) ->
     try:
         with process_pool(min(workers - 1, len(exts) - 1), fork_only=True) as pool:
             futures = [pool.submit(_extension_in_child, i) for i in range(1, len(exts))]
+            ra.tables.update(_base_tables(rank, steps))  # while the workers run the other extensions
             _run_extension(exts[0], rank, steps, ra, config)
             for fut in futures:
                 tables, cols, errors = fut.result()

@@ -1,7 +1,8 @@
 """Stage 1, load: trace files -> a columnar per-rank ``Trace``.
 
-``discover`` finds the files, ``decode`` turns a file (or a piece of one) into typed columns, ``reader`` puts the
-pieces together per rank, ``trace`` holds the types. ``traceinspect.load(path)`` calls :func:`reader.load`.
+``discover`` finds the files, ``decode`` turns a file (or a piece of one) into typed columns (``columns`` makes
+the numpy columns of decoded events; ``prefetch`` starts a big file's pieces before the analysis stack is
+imported), ``reader`` puts the pieces together per rank, ``trace`` holds the types. ``traceinspect.load(path)`` calls :func:`reader.load`.
 """
 
 import sys

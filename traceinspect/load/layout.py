@@ -176,8 +176,10 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
         if size == 0:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            head = mm[: min(size, 64 << 20)]
-            found = _detect_layout(head, path)
+            for n in (1 << 20, 64 << 20):  # the array starts after the header: the first MB holds it, nearly always
+                found = _detect_layout(mm[: min(size, n)], path)
+                if found is not None or n >= size:
+                    break
             if found is None or found[0].marker is None:
                 return None
             layout, start = found

@@ -9,10 +9,9 @@ import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
-import pandas as pd
 
 from ..run import cache as _cache
 from ..run.pool import process_pool as _pool, worker_count as _workers  # pools are made in one place
@@ -21,10 +20,13 @@ from .discover import find_trace_files
 from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
-from . import meta as M
+from . import meta as M, prefetch
 from .peek import peek
 from .runs import RunPlan, plan_runs, runs_dict
 from .trace import RankTrace, Skipped, Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ProgressFn = Callable[[str, int, int], None]  # (file, bytes done in this call, total bytes of all files)
 
@@ -33,7 +35,7 @@ ProgressFn = Callable[[str, int, int], None]  # (file, bytes done in this call, 
 class FileResult:
     path: str
     meta: dict
-    columns: dict  # column name -> np.ndarray / list
+    columns: dict  # column name -> np.ndarray, or list for a text column read from the cache
     nbytes: int
 
 
@@ -56,12 +58,9 @@ def _concat_pieces(pieces: list[dict]) -> dict:
             parts.append(remap[codes])  # code -1 picks the trailing -1
         codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
         out[col] = (codes, list(table))
-    for col in RAW_COLS:
+    for col in RAW_COLS:  # object arrays (None where a piece has none)
         if any(p[col] is not None for p in pieces):
-            vals: list = []
-            for p in pieces:
-                vals.extend(p[col] if p[col] is not None else [None] * p["n"])
-            out[col] = vals
+            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
         else:
             out[col] = None
     out["n"] = n
@@ -82,6 +81,9 @@ def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: Pr
 
 
 def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
+    started = prefetch.take(path)
+    if started is not None:  # its pieces are being decoded already (load/prefetch.py)
+        return _decode_planned(path, started[0], None, progress, started[1])
     plan = plan_ranges(path)
     if plan is not None:
         return _decode_planned(path, plan, pool, progress)
@@ -112,9 +114,12 @@ def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: Pr
     return FileResult(path=path, meta=meta, columns=columns, nbytes=info["bytes"])
 
 
-def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor | None, progress: ProgressFn | None) -> FileResult:
-    """A plain file cut into byte ranges that the workers (or this process, without a pool) read themselves."""
-    futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]] if pool is not None else None
+def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor | None, progress: ProgressFn | None,
+                    futures: list[Future] | None = None) -> FileResult:
+    """A plain file cut into byte ranges that the workers (or this process, without a pool) read themselves;
+    ``futures``: the ranges submitted already."""
+    if futures is None and pool is not None:
+        futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]]
     results = []
     try:
         for i, (a, b) in enumerate(plan["ranges"]):
@@ -123,6 +128,8 @@ def _decode_planned(path: str, plan: dict, pool: ProcessPoolExecutor | None, pro
                 progress(path, b - a, 0)
     except (ValueError, TypeError) as exc:
         raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
+    finally:
+        prefetch.finished()
     meta = decode_meta(plan["header"], plan["trailer"], path)
     return FileResult(path=path, meta=meta, columns=_concat_pieces(results), nbytes=plan["bytes"])
 
@@ -151,6 +158,8 @@ def _decode_file_task(path: str, pool: ProcessPoolExecutor | None = None,
 
 def _frame(cols: dict, window: int, shift_us: float) -> pd.DataFrame:
     """Columns -> DataFrame without copying the numeric arrays; categoricals from their codes."""
+    import pandas as pd  # here, not above: planning and decoding a folder need no pandas (load/prefetch.py)
+
     n = cols["n"]
     data: dict = {c: cols[c] for c in NUM_COLS}
     if shift_us:
@@ -161,9 +170,12 @@ def _frame(cols: dict, window: int, shift_us: float) -> pd.DataFrame:
             if strings else pd.Categorical.from_codes(np.full(n, -1, np.int8), categories=pd.Index([], dtype=object))
     for col in RAW_COLS:
         raw = cols[col]
-        arr = np.empty(n, dtype=object)  # all None
-        if raw is not None:
-            arr[:] = raw
+        if isinstance(raw, np.ndarray):  # decoded: an object array already
+            arr = raw
+        else:  # from the cache (a list) or absent
+            arr = np.empty(n, dtype=object)  # all None
+            if raw is not None:
+                arr[:] = raw
         data[col] = pd.Series(arr, dtype=object, copy=False)  # object, not str: None stays None
     data["window"] = np.full(n, window, np.int16)
     return pd.DataFrame(data, copy=False)
@@ -196,6 +208,8 @@ def _group_by_rank(results: list[FileResult]) -> list[tuple[int, list[FileResult
 
 def _assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrace], list[Skipped]]:
     """One RankTrace per (rank, files); several files of one rank are successive active windows."""
+    import pandas as pd
+
     skipped: list[Skipped] = []
     ranks = []
     for r, frs in groups:

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # decoding (load/decode.py, load/columns.py) runs without pandas
+    import pandas as pd
 
 
 class Kind(IntEnum):

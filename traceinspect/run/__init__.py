@@ -101,8 +101,14 @@ ANALYSIS_STACK = ("numpy", "pandas", "pyarrow")
 
 def _analyze(path, config: Config, observer: Observer | None):
     from .._optional import require
+    from ..load.prefetch import started
 
-    require(ANALYSIS_STACK, "analysing traces")
+    with started(path, config):  # a big trace's pieces decode in workers while the analysis stack is imported
+        require(ANALYSIS_STACK, "analysing traces")
+        return _analyze_with(path, config, observer)
+
+
+def _analyze_with(path, config: Config, observer: Observer | None):
     progress = observer.decoded if observer is not None else None
     if config.executor == "dask":
         from .dask import analyze_with_dask

@@ -57,7 +57,7 @@ def _decoder_version() -> str:
     global _DECODER
     if _DECODER is None:
         load = Path(__file__).parents[1] / "load"
-        src = b"".join((load / name).read_bytes() for name in ("decode.py", "layout.py", "compressed.py"))
+        src = b"".join((load / name).read_bytes() for name in ("decode.py", "columns.py", "layout.py", "compressed.py"))
         _DECODER = hashlib.sha1(src).hexdigest()[:12]
     return _DECODER
 
@@ -189,6 +189,14 @@ class _ColumnsMeta(msgspec.Struct):
     meta: dict[str, Any]
     bytes: int
     file: str
+
+
+def has_columns(path: Path, config: Config) -> bool:
+    """An entry of ``path``'s columns exists (without reading it)."""
+    try:
+        return (_dir(config) / f"cols-{_key(path)}.parquet").exists()
+    except OSError:
+        return False
 
 
 def get(path: Path, config: Config):

@@ -1,0 +1,110 @@
+"""Decoding started before the analysis stack is imported, so that the two overlap.
+
+Importing pandas and the analyses takes about half a second, and a report of one big trace decodes it in worker
+processes that used to start only after that import. ``started(path, config)`` forks the workers first, hands them
+the pieces of the files the report will cut into pieces, and the import runs meanwhile; ``decode_file`` then
+collects the pieces it finds started (``take``) instead of submitting them again. The columns are the same either
+way: the same ``decode_range`` on the same byte ranges.
+
+Only where the work is certain to be wanted: the local executor with several workers, one trace file (which the
+report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module imports only the standard library until it starts, so it costs nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+_STARTED: dict[str, tuple[tuple[int, int], dict, list]] = {}  # real path -> ((size, mtime), plan, futures)
+_POOL: list = []  # [(the workers, the pid of the process that started them)] while they run
+
+
+@contextmanager
+def started(path, config) -> Iterator[None]:
+    """Within the block, the files ``path``'s report will decode in pieces are being decoded in worker processes."""
+    if _start(path, config):
+        try:
+            yield
+        finally:
+            for _, _, futures in _STARTED.values():
+                for f in futures:
+                    f.cancel()
+            _STARTED.clear()
+            finished()
+    else:
+        yield
+
+
+def finished() -> None:
+    """Once every started file is taken and its pieces collected: the workers are stopped (the analysis may fork
+    workers of its own, better without these)."""
+    if _POOL and not _STARTED and _POOL[0][1] == os.getpid():
+        _POOL.pop()[0].shutdown(wait=True, cancel_futures=True)
+
+
+def take(path: str) -> tuple[dict, list] | None:
+    """(plan, futures) of ``path`` when its pieces were started and the file is unchanged since; else None."""
+    if not _POOL or _POOL[0][1] != os.getpid():  # none started, or a forked child: the futures are the parent's
+        return None
+    entry = _STARTED.pop(os.path.realpath(path), None)
+    if entry is None:
+        return None
+    stamp, plan, futures = entry
+    if _stamp(path) != stamp:
+        for f in futures:
+            f.cancel()
+        return None
+    return plan, futures
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _start(path, config) -> bool:
+    """Start the workers and submit the pieces; False where nothing is certain to be wanted (or anything fails:
+    the report then decodes as it would have, and says what went wrong itself)."""
+    if config.executor != "local" or config.scheduler or _POOL:
+        return False
+    try:
+        from ..run.pool import can_fork, process_pool, worker_count
+
+        n = worker_count(config)
+        if n < 2 or not can_fork():
+            return False
+        from .decode import decode_range, plan_ranges
+        from .discover import find_trace_files
+
+        files = [str(f) for f in find_trace_files(path)]
+        # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
+        # every rank's columns would wait in memory while the first is analysed).
+        if len(files) != 1 or _cached(files, config):
+            return False
+        plans = {f: plan_ranges(f) for f in files}
+    except Exception:  # noqa: BLE001 - no usable files, a missing module...: the report finds out and says so
+        return False
+    plans = {f: p for f, p in plans.items() if p is not None}
+    if not plans:
+        return False
+    pool = process_pool(n)
+    _POOL.append((pool, os.getpid()))
+    for f, plan in plans.items():
+        futures = [pool.submit(decode_range, f, a, b) for a, b in plan["ranges"]]
+        _STARTED[os.path.realpath(f)] = (_stamp(f), plan, futures)
+    return True
+
+
+def _cached(files: list[str], config) -> bool:
+    """Any of the files has cached columns (the report reads those instead of decoding)."""
+    if not config.use_cache:
+        return False
+    from pathlib import Path
+
+    from ..run import cache
+
+    return any(cache.has_columns(Path(f), config) for f in files)
