@@ -341,3 +341,14 @@ def test_a_stall_that_comes_and_goes_is_judged_by_the_steps_without_it():
     assert f["time_at_stake_us"] == pytest.approx(sum(mine) / n)
     assert 2 * se_without < f["time_at_stake_us"] < 2 * se_all
     assert f["severity"] == "critical"
+
+
+def test_a_gpu_side_saving_that_rests_on_the_loader_is_at_most_a_warning():
+    """big_fp32: GPU-bound, its loader never made a step wait; whether it could feed a bf16 step is not in the
+    trace (the bf16 twin became loader-bound). graph_replay has no DataLoader in its loop: no such caveat."""
+    f = next(f for f in report(FIXTURES / "gpu_pairs" / "big_fp32")["findings"] if f["id"] == "no-mixed-precision")
+    assert f["share_of_step"] >= DEFAULT.severity_critical_share  # a critical share, held to warning
+    assert f["severity"] == "warning" and "DataLoader keeps up" in f["thin_evidence"]
+    g = next(f for f in report(FIXTURES / "gpu_pairs" / "graph_replay")["findings"] if f["id"] == "no-mixed-precision")
+    assert not g["evidence"].get("saving_holds_if") and not g.get("thin_evidence")
+    assert "profile again" not in g["fix"] and "profile again" in f["fix"]

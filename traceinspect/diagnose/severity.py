@@ -12,6 +12,9 @@ def thin(f: Finding, nsteps: int, config) -> str | None:
     matched = (f.evidence or {}).get("matched_collectives")
     if matched is not None and matched < config.thin_evidence_min_collectives:
         return f"{matched} matched collective(s), fewer than {config.thin_evidence_min_collectives}"
+    holds_if = (f.evidence or {}).get("saving_holds_if")
+    if holds_if:  # a saving that rests on what the trace cannot show
+        return f"the saving assumes {holds_if}"
     return None
 
 
