@@ -17,7 +17,10 @@ CPU-only traces.
 
 **Evidence**: per rank, fp32 / TF32 / 16-bit matrix time per step and the fp32 share, the top fp32 kernels with
 the op that launched them, the device and its compute capability. **Time at stake**: 75 % of the fp32 matrix
-time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck.
+time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck,
+less the CPU work autocast's casts add, and nothing of a step the DataLoader paced until the loader keeps up
+(docs/findings.md). Where a DataLoader feeds the loop the saving assumes it can feed a faster step, which no trace
+shows: the finding says so (``saving_holds_if``) and is at most a warning.
 
 **Fix**::
 
