@@ -45,7 +45,6 @@ from .metadata import (METADATA_KEY, METADATA_SCHEMA, _grad_scaler_flag, _json_s
 from .loader_probe import LoaderTimer, probe_loader
 from .schedule import (CaptureError, _check_schedule, _check_writable, recorded_step_numbers,  # noqa: F401
                        required_steps)
-from .loader_probe import probe_loader as run_probe  # (the name probe_loader is also a parameter below)
 
 __all__ = [
     "CaptureError",
@@ -215,7 +214,7 @@ class Capture:
             # persistent loader keeps for the loop)
             self._timer = LoaderTimer(self._loader)
             # before the profiler starts: the probe's batches must not be in the trace, nor the loop's in the probe
-            self._job["loader_probe"] = _json_safe(run_probe(self._loader))
+            self._job["loader_probe"] = _json_safe(probe_loader(self._loader))
         # the rank may have changed since __init__ if the process group came up in between
         self.rank, self.world_size = detect_rank()
         self.metadata = self._build_metadata()

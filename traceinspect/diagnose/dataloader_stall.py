@@ -77,8 +77,9 @@ def check(report, config) -> list[Finding]:
                 "dataloader_settings": (ra.metadata or {}).get("dataloader"),
             }
         )
-        if loader_period_us(ra) is not None:  # probed at capture with no training work
-            per_rank[-1]["loader_period_us"] = loader_period_us(ra)
+        period = loader_period_us(ra)  # where the capture measured the loader (probe, worker timing)
+        if period is not None:
+            per_rank[-1]["loader_period_us"] = period
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:

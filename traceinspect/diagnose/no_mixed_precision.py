@@ -106,8 +106,9 @@ def check(report, config) -> list[Finding]:
             "fp32_share_of_kernel_time": sh,
             "top_fp32_kernels": top,
         })
-        if loader_period_us(ra) is not None:  # probed at capture with no training work
-            per_rank[-1]["loader_period_us"] = loader_period_us(ra)
+        period = loader_period_us(ra)  # where the capture measured the loader (probe, worker timing)
+        if period is not None:
+            per_rank[-1]["loader_period_us"] = period
         if "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any()):
             fed_by_loader = True
         ranks.append(ra.rank)
