@@ -33,7 +33,7 @@ work), no fix but the loader's own can make a step shorter than that period: eve
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -92,20 +92,19 @@ def real_steps(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-_col = col  # (the name the functions below use)
 
 
 def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
     if ra.basis == "gpu":
-        copy = sum(_col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
-        pools = {"data": _col(s, "idle_dataloader_us"), "sync": _col(s, "idle_sync_us"),
-                 "launch": _col(s, "idle_other_us"), "copy": copy, "comm": _col(s, "bd_comm_exposed"),
-                 "compute": _col(s, "bd_compute"), "room": gpu_room(s), PACED: paced(s, config)}
+        copy = sum(col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
+        pools = {"data": col(s, "idle_dataloader_us"), "sync": col(s, "idle_sync_us"),
+                 "launch": col(s, "idle_other_us"), "copy": copy, "comm": col(s, "bd_comm_exposed"),
+                 "compute": col(s, "bd_compute"), "room": gpu_room(s), PACED: paced(s, config)}
     else:
-        pools = {k: _col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
+        pools = {k: col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
     period = loader_period_us(ra)
     if period is not None:
-        pools[LOADER_ROOM] = np.clip(_col(s, "wall_us") - period, 0.0, None)
+        pools[LOADER_ROOM] = np.clip(col(s, "wall_us") - period, 0.0, None)
     return pools
 
 
@@ -138,7 +137,7 @@ def _pageable_blocked(ra, s: pd.DataFrame) -> np.ndarray:
 
 def _pinned_gbps(ra, config) -> float:
     s = ra.steps
-    b, t = _col(s, "pinned_h2d_bytes").sum(), _col(s, "pinned_h2d_time_us").sum()
+    b, t = col(s, "pinned_h2d_bytes").sum(), col(s, "pinned_h2d_time_us").sum()
     return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
 
 
@@ -158,32 +157,32 @@ def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndar
     n = len(s)
     if ra.basis == "gpu":
         if f.id == "dataloader-stall":
-            return [("data", _col(s, "idle_dataloader_us"))]
+            return [("data", col(s, "idle_dataloader_us"))]
         if f.id == "pageable-memcpy":
-            copy = _col(s, "pageable_h2d_time_us") + _col(s, "pageable_d2h_time_us")
-            nbytes = _col(s, "pageable_h2d_bytes") + _col(s, "pageable_d2h_bytes")
+            copy = col(s, "pageable_h2d_time_us") + col(s, "pageable_d2h_time_us")
+            nbytes = col(s, "pageable_h2d_bytes") + col(s, "pageable_d2h_bytes")
             pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
             blocked = _pageable_blocked(ra, s)
-            sync = _col(s, "sync_us")
+            sync = col(s, "sync_us")
             blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
             # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was
             # blocked in the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the
             # blocked CPU time: on a launch-bound step every microsecond the CPU is stuck delays the next launches.
-            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", _col(s, "idle_sync_us") * blocked_share),
+            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", col(s, "idle_sync_us") * blocked_share),
                     ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
         if f.id == "host-sync":
-            return [("sync", _col(s, "idle_sync_us"))]
+            return [("sync", col(s, "idle_sync_us"))]
         if f.id == "launch-bound":
-            return [("launch", _col(s, "idle_other_us"))]
+            return [("launch", col(s, "idle_other_us"))]
         if f.id == "no-mixed-precision":
             saving = float((f.evidence or {}).get("assumed_saving") or 0.75)
-            return [("compute", _col(s, "matmul_fp32_us") * saving)]
+            return [("compute", col(s, "matmul_fp32_us") * saving)]
         if f.id == "tensor-core-alignment":
             return [("compute", np.full(n, _estimate(f, ra.rank)))]
         if f.id == LAST:
             return [(p, np.full(n, np.inf)) for p in ("data", "sync", "launch")]
     elif f.id == "dataloader-stall":
-        return [("data", _col(s, "cpu_dataloader"))]
+        return [("data", col(s, "cpu_dataloader"))]
     if f.id == LAST:
         return []
     pools = FALLBACK_POOLS["gpu" if ra.basis == "gpu" else "cpu"].get(f.id)
@@ -254,59 +253,66 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
     return np.where(got < 1e-3, 0.0, got), idle, cut, np.where(after < 1e-3, 0.0, after)
 
 
+@dataclass
+class _Ledger:
+    """What the claims of every rank came to: rank -> finding id -> per-step arrays (us), and per rank the walls,
+    step numbers and the loader's probed period the grading reads."""
+
+    walls: dict[int, np.ndarray]
+    step_ids: dict[int, list[int]]
+    periods: dict[int, float | None]
+    claims: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # what each fix saves alone
+    later: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # what it saves after the loader's fix
+    cut: dict[int, dict[str, float]] = field(default_factory=dict)  # mean the loader room cut from a claim
+    idle: dict[int, dict[str, float]] = field(default_factory=dict)  # mean GPU idle a claim took
+
+    def add(self, table: dict, rank: int, fid: str, value) -> None:
+        row = table.setdefault(rank, {})
+        row[fid] = row.get(fid, 0.0) + value
+
+
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
     ranks = {ra.rank: ra for ra in report.ranks}
     steps = {r: real_steps(ra.steps) for r, ra in ranks.items()}
     left = {r: _pools(ra, steps[r], config) for r, ra in ranks.items()}
-    claims: dict[int, dict[str, np.ndarray]] = {r: {} for r in ranks}  # rank -> finding id -> us per step
-    from_idle: dict[int, dict[str, float]] = {r: {} for r in ranks}  # rank -> finding id -> GPU idle it claims
-    cut_by_loader: dict[int, dict[str, float]] = {r: {} for r in ranks}  # rank -> finding id -> us the loader cut
-    later: dict[int, dict[str, np.ndarray]] = {r: {} for r in ranks}  # rank -> finding id -> us after the loader fix
+    book = _Ledger(walls={r: col(s, "wall_us") for r, s in steps.items()},
+                   step_ids={r: [int(st) for st in s["step"]] for r, s in steps.items()},
+                   periods={r: loader_period_us(ra) for r, ra in ranks.items()})
     for f in sorted(findings, key=_order_key):
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):
                 continue
             got, idle, cut, after = _take(f, ranks[r], steps[r], left[r], config)
             if after.sum() > 0:
-                later[r][f.id] = later[r].get(f.id, 0.0) + after
+                book.add(book.later, r, f.id, after)
             if cut > 0:
-                cut_by_loader[r][f.id] = cut_by_loader[r].get(f.id, 0.0) + cut
-            claims[r][f.id] = claims[r].get(f.id, 0.0) + got
+                book.add(book.cut, r, f.id, cut)
+            book.add(book.claims, r, f.id, got)
             if idle and ranks[r].basis == "gpu" and f.id != LAST:
-                from_idle[r][f.id] = from_idle[r].get(f.id, 0.0) + idle
-    acc = {"ranks": {}, "verdict": None}
-    for r, s in steps.items():
-        wall = _col(s, "wall_us")
-        per_step = [{int(st): [{"id": k, "us": float(v[i])} for k, v in claims[r].items() if v[i] > 0]
-                     + [{"id": k, "us": float(v[i]), "after": LOADER_OWN} for k, v in later[r].items() if v[i] > 0]}
-                    for i, st in enumerate(s["step"])]
-        total = sum(claims[r].values()) if claims[r] else np.zeros(len(s))
-        total = total + (sum(later[r].values()) if later[r] else 0.0)
-        n = len(s)
-        acc["ranks"][r] = {
-            "step_us": float(wall.mean()) if n else None,
-            "step_se_us": float(wall.std(ddof=1) / np.sqrt(n)) if n >= 2 else None,
-            "_wall": wall,  # per step, for the residual noise of each claim (not part of the report)
-            "steps": n,
-            "projected_step_us": float((wall - total).mean()) if n else None,
-            # after: a saving that needs another finding's fix first (GPU-side savings in steps the loader paced)
-            "claims": sorted([{"id": k, "us": float(v.mean())} for k, v in claims[r].items() if v.mean() > 0]
-                             + [{"id": k, "us": float(v.mean()), "after": LOADER_OWN} for k, v in later[r].items()
-                                if v.mean() > 0], key=lambda c: -c["us"]),
-            "step_claims": {k: v for d in per_step for k, v in d.items()},
-        }
-    periods = {r: loader_period_us(ra) for r, ra in ranks.items()}
-    out = [_graded(f, acc, claims, from_idle, config, cut_by_loader, periods, later) for f in findings]
+                book.add(book.idle, r, f.id, idle)
+    acc = {"ranks": {r: _rank_summary(book, r) for r in steps}, "verdict": None}
+    out = [_graded(f, acc, book, config) for f in findings]
     acc["verdict"] = _verdict(acc, out)
-    for info in acc["ranks"].values():
-        info.pop("_wall", None)
     return out, acc
 
 
-def acc_steps(acc: dict, rank: int) -> list[int]:
-    """The rank's steps in the order of its per-step arrays."""
-    return list((acc["ranks"].get(rank) or {}).get("step_claims", {}))
+def _rank_summary(book: _Ledger, r: int) -> dict:
+    """One rank's mean step, its noise, the projection and the claims, mean and per step."""
+    wall, claims, later = book.walls[r], book.claims.get(r, {}), book.later.get(r, {})
+    n = len(wall)
+    # after: a saving that needs another finding's fix first (GPU-side savings in steps the loader paced)
+    entries = [({"id": k}, v) for k, v in claims.items()] + [({"id": k, "after": LOADER_OWN}, v) for k, v in later.items()]
+    total = sum((v for _, v in entries), np.zeros(n))
+    return {
+        "step_us": float(wall.mean()) if n else None,
+        "step_se_us": float(wall.std(ddof=1) / np.sqrt(n)) if n >= 2 else None,
+        "steps": n,
+        "projected_step_us": float((wall - total).mean()) if n else None,
+        "claims": sorted(({**e, "us": float(v.mean())} for e, v in entries if v.mean() > 0), key=lambda c: -c["us"]),
+        "step_claims": {st: [{**e, "us": float(v[i])} for e, v in entries if v[i] > 0]
+                        for i, st in enumerate(book.step_ids[r])},
+    }
 
 
 def reference_rank(acc: dict) -> int | None:
@@ -315,10 +321,9 @@ def reference_rank(acc: dict) -> int | None:
     return max(rows)[1] if rows else None
 
 
-def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by_loader: dict,
-            periods: dict, later: dict) -> Finding:
+def _graded(f: Finding, acc: dict, book: _Ledger, config) -> Finding:
     ref = reference_rank(acc)
-    per_rank = {r: float(c[f.id].mean()) for r, c in claims.items() if f.id in c and len(c[f.id])}
+    per_rank = {r: float(c[f.id].mean()) for r, c in book.claims.items() if f.id in c and len(c[f.id])}
     if not per_rank:
         rank, claim = (f.ranks[0] if f.ranks else ref), None
     elif ref in per_rank:
@@ -331,9 +336,9 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by
     thin = thin_evidence(f, nsteps, config)
     # The noise a claim is judged by is that of the steps *without* it: a stall that comes and goes is both the
     # claim and most of the step's spread, and measuring the fix removes that spread with it.
-    own = claims.get(rank, {}).get(f.id)
-    if se is not None and own is not None and nsteps >= 2 and "_wall" in info:
-        se = float((info["_wall"] - own).std(ddof=1) / np.sqrt(nsteps))
+    own = book.claims.get(rank, {}).get(f.id)
+    if se is not None and own is not None and nsteps >= 2:
+        se = float((book.walls[rank] - own).std(ddof=1) / np.sqrt(nsteps))
     # With fewer steps than the thin-evidence line the standard error is itself too uncertain to judge noise by
     # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
     if nsteps < config.thin_evidence_min_steps:
@@ -347,15 +352,16 @@ def _graded(f: Finding, acc: dict, claims: dict, explained: dict, config, cut_by
         "thin_evidence": thin,
         "claim_rank": rank,
     })
-    cut = cut_by_loader.get(rank, {}).get(f.id)
-    if cut is not None and cut >= 1.0 and periods.get(rank):
-        extra["loader_bound"] = {"period_us": periods[rank], "cut_us": cut}
-    after = later.get(rank, {}).get(f.id)
+    cut = book.cut.get(rank, {}).get(f.id)
+    if cut is not None and cut >= 1.0 and book.periods.get(rank):
+        extra["loader_bound"] = {"period_us": book.periods[rank], "cut_us": cut}
+    after = book.later.get(rank, {}).get(f.id)
     if after is not None and float(after.mean()) >= 1.0:
         extra["after_loader_fix"] = {"id": LOADER_OWN, "us": float(after.mean()),
-                                     "steps": [int(st) for st, v in zip(acc_steps(acc, rank), after) if v > 0]}
-    if f.id == LAST and rank in explained:
-        extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained[rank].items(), key=lambda kv: -kv[1])
+                                     "steps": [st for st, v in zip(book.step_ids[rank], after) if v > 0]}
+    if f.id == LAST and rank in book.walls:
+        explained = book.idle.get(rank, {})
+        extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained.items(), key=lambda kv: -kv[1])
                                  if v >= 1.0]
     return replace(f, severity=sev, time_at_stake_us=claim, extra=extra)
 

@@ -199,7 +199,7 @@ def _waterfall(d: dict) -> str:
 
     body = row("measured step", fmt.ms(w["step_us"]), 0, w["step_us"], "#5F6368")
     for c in w["claims"]:
-        after = f" after <code>{esc(c['label'].split(' after ', 1)[1])}</code>" if " after " in c["label"] else ""
+        after = f" after <code>{esc(c['after'])}</code>" if c.get("after") else ""
         body += row(f"<a href='#finding-{esc(c['id'])}'><code>{esc(c['id'])}</code></a>{after}", fmt.signed_ms(-c["us"]),
                     c["from_us"] - c["us"], c["from_us"], waterfall.SEVERITY_COLORS.get(c["severity"], "#0B57D0"))
     body += row("projected step", fmt.ms(w["projected_step_us"]), 0, w["projected_step_us"], "#137333")

@@ -26,7 +26,7 @@ def waterfall_lines(d: dict) -> list[str]:
     if w is None:
         return []
     rows = [["measured step", fmt.ms(w["step_us"]), ""]]
-    rows += [[f"`{c['id']}`" + (f" after `{c['label'].split(' after ', 1)[1]}`" if " after " in c["label"] else ""),
+    rows += [[f"`{c['id']}`" + (f" after `{c['after']}`" if c.get("after") else ""),
               fmt.signed_ms(-c["us"]), c["title"]] for c in w["claims"]]
     rows += [["projected step", fmt.ms(w["projected_step_us"]), "every finding above fixed"]]
     return ([f"## Where the step could go (rank {w['rank']})", ""] + table(["", "per step", "finding"], rows, ["---", "---:", "---"])

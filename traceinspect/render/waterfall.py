@@ -15,7 +15,8 @@ BAR = "\u2588"
 
 
 def rows(d: dict) -> dict | None:
-    """{"rank", "step_us", "projected_step_us", "claims": [{"id", "title", "severity", "us", "from_us"}], "tiny"}
+    """{"rank", "step_us", "projected_step_us", "claims": [{"id", "after", "label", "title", "severity", "us", "from_us"}],
+    "tiny"}
     or None; ``tiny`` counts the claims too small to draw."""
     ranks = {r.get("rank"): r for r in d.get("ranks") or []}
     v = d.get("verdict") or {}
@@ -35,7 +36,7 @@ def rows(d: dict) -> dict | None:
             continue
         f = by_id.get(c.get("id")) or {}
         label = f"{c.get('id')} after {c['after']}" if c.get("after") else c.get("id")
-        claims.append({"id": c.get("id"), "label": label, "title": f.get("title", ""),
+        claims.append({"id": c.get("id"), "after": c.get("after"), "label": label, "title": f.get("title", ""),
                        "severity": f.get("severity", "info"), "us": float(us), "from_us": at})
         at -= float(us)
     proj = r.get("projected_step_us")
