@@ -421,6 +421,14 @@ def test_loader_probe_and_worker_timing_are_recorded(cpu_capture_factory) -> Non
         assert 8_000 * 0.9 <= probe["period_us"] <= 8_000 * 4
         assert timing["batches"] >= 1 and timing["busy_us_mean"] >= 16_000 * 0.9
         assert timing["period_us"] == pytest.approx(timing["busy_us_mean"] / 2)
+        # The process's threads over the same window: the loop's own thread is there, and no thread was on a CPU
+        # longer than the window lasted; the loop's thread ran at least its recorded steps' own CPU ops.
+        th = meta["process_threads"]
+        (main,) = [t for t in th["threads"] if t["main"]]
+        assert all(0 < t["cpu_us"] <= th["interval_us"] * 1.02 for t in th["threads"])
+        ops = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "cpu_op" and e.get("ph") == "X"
+               and e.get("name") == "aten::addmm"]
+        assert main["cpu_us"] >= 0.5 * sum(float(e["dur"]) for e in ops) > 0
     import traceinspect
 
     (rank,) = traceinspect.load(folder).ranks

@@ -51,7 +51,7 @@ def test_every_threshold_is_read_by_some_rule_or_analysis():
     accounting = {"severity_critical_share", "severity_critical_min_us", "severity_warning_share",
                   "severity_warning_min_us", "severity_noise_se", "thin_evidence_min_steps",
                   "thin_evidence_min_collectives", "pinned_h2d_gbps_assumed", "loader_paced_min_us",
-                  "loader_paced_min_share", "autocast_casts_per_gemm"}
+                  "loader_paced_min_share", "autocast_casts_per_gemm", "pin_thread_min_gbps"}
     here = Path(__file__).resolve().parents[1] / "traceinspect" / "diagnose"
     src = "".join((here / f).read_text() for f in ("accounting.py", "bounds.py", "severity.py"))
     assert accounting == set(re.findall(r"config\.([a-z_0-9]+)", src))

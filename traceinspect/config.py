@@ -157,6 +157,12 @@ class Config:
     # forward and the cast's gradients flow back, ~4 cast kernels per op, whose 3 GEMMs (forward, two
     # backward) are in the trace: 4/3. Each added kernel costs the CPU its measured time per launch.
     autocast_casts_per_gemm: float = 4.0 / 3.0
+    # A DataLoader with workers and pin_memory=True hands every batch to one thread of the training process, which
+    # rebuilds it from the workers' shared memory and copies it into pinned memory; no trace records that thread.
+    # Where the capture did not time it, no claim counts a step shorter than the step's pinned batch bytes take at
+    # this rate (GB/s): the slowest it ran in our captures (2.4 GB/s: 7.05 ms a 16.8 MB batch, H200 host,
+    # fixtures/gpu_pairs/s3_big_clean; 3.5-7.0 ms in all four s3 captures). The part below is left uncounted.
+    pin_thread_min_gbps: float = 2.4
 
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches

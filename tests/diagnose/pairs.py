@@ -25,6 +25,11 @@ PAIRS = [
     ("deep_unfused", "deep_clean", ("optimizer-not-fused",), "deep"),
     ("deep_tiny", "deep_clean", ("small-buckets",), "deep"),
     ("loader_starved", "loader_fed", ("dataloader-stall",), "loader"),
+    # The third group (s3_): the big family with the training process's threads timed, so the loader's bound is
+    # measured (its pinning thread); no second capture: the noise is the first group's run-to-run share.
+    ("s3_big_fp32", "s3_big_clean", ("no-mixed-precision",), "s3_big"),
+    ("s3_big_fp32_fed", "s3_big_fed", ("no-mixed-precision",), "s3_big"),
+    ("s3_big_clean", "s3_big_fed", ("dataloader-stall",), "s3_big"),
 ]
 # A second group of captures (s2_, fixtures/README.md): the big family again with the loader fed (14 workers) and
 # the fp32 run fed too, and the small step eager against compiled. Their run-to-run noise (two captures of one clean

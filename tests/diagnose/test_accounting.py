@@ -77,7 +77,9 @@ def test_gpu_bound_host_sync_costs_what_the_gpu_waited():
     blocked = sum(s["sync_us"] for s in steps) / len(steps)
     gpu_waited = sum(s["idle_sync_us"] for s in steps) / len(steps)
     assert blocked > 10_000 and f["estimate_us"] > 10_000
-    assert f["time_at_stake_us"] == pytest.approx(gpu_waited, rel=1e-6)
+    # what the GPU waited, less the part the unmeasured pinning thread may not feed (left uncounted)
+    cut = (f.get("loader_bound") or {}).get("cut_us", 0.0)
+    assert f["time_at_stake_us"] + cut == pytest.approx(gpu_waited, rel=1e-6)
     assert f["severity"] == "info"
 
 
@@ -308,8 +310,10 @@ def test_autocast_casts_count_against_the_bf16_saving():
 
 
 def test_no_fix_but_the_loaders_makes_a_step_shorter_than_the_loader_period():
-    """The probe's period bounds every other claim: here the period is set to the mean step (the real trace's
-    recorded probe replaced in memory, to make the bound bind), and only the loader's own finding keeps a claim."""
+    """The workers' measured period bounds every other claim: here it is set to ten steps a batch (the real trace's
+    recorded timing replaced in memory, to make the bound bind), and only the loader's own finding keeps a claim.
+    The pre-loop probe alone bounds nothing: it is no floor (it saw a batch every 12.8 ms where training drew one
+    every 6.1 ms, s2_big_fed)."""
     import traceinspect
 
     folder = FIXTURES / "gpu_pairs" / "s2_big_pageable"
@@ -317,12 +321,71 @@ def test_no_fix_but_the_loaders_makes_a_step_shorter_than_the_loader_period():
     assert {f["id"] for f in base["findings"] if f["time_at_stake_us"]} - {"dataloader-stall"}
     trace = traceinspect.load(folder)
     for rank in trace.ranks:
-        rank.metadata["loader_probe"] = {"period_us": base["ranks"][0]["step_us"] * 10}
+        rank.metadata["loader_timing"] = {"period_us": base["ranks"][0]["step_us"] * 10}
     rep = traceinspect.analyze(trace)
     claimed = {f.id for f in rep.findings if f.time_at_stake_us}
     assert claimed <= {"dataloader-stall"}, claimed
     capped = [f for f in rep.findings if f.extra.get("loader_bound")]
-    assert capped and all(f.extra["loader_bound"]["cut_us"] > 0 for f in capped)
+    assert capped and all(f.extra["loader_bound"]["cut_us"] > 0 and f.extra["loader_bound"]["limited_by"] == "workers"
+                          for f in capped)
+    fed = FIXTURES / "gpu_pairs" / "s2_big_fed"
+    probe = traceinspect.load(fed).ranks[0].metadata["loader_probe"]["period_us"]
+    steps = _steps(report(fed))
+    drawn = sum(s["wall_us"] for s in steps) / sum(s["dataloader_count"] for s in steps)
+    assert probe > 2 * drawn
+
+
+def test_the_pinning_thread_bounds_the_step_where_the_capture_timed_it():
+    """s3_big_clean: the capture timed the training process's threads; its pinning thread was on a CPU 28.2 ms a
+    step for 4 batches, more than the workers' period, so it sets the loader's bound, per batch drawn."""
+    import gzip
+    import json
+
+    folder = FIXTURES / "gpu_pairs" / "s3_big_clean"
+    with gzip.open(next(folder.glob("*.json.gz")), "rt") as fh:
+        raw = json.load(fh)
+    meta = raw["traceinspect"]
+    pin = sum(t["cpu_us"] for t in meta["process_threads"]["threads"] if "_pin_memory_loop" in t["name"])
+    fetches = [e for e in raw["traceEvents"] if e.get("ph") == "X"
+               and str(e.get("name", "")).startswith("enumerate(DataLoader)#_MultiProcessingDataLoaderIter")]
+    d = report(folder)
+    assert sum(s["dataloader_count"] for s in _steps(d)) == len(fetches) == 32
+    assert all(s["dataloader_worker_count"] == s["dataloader_count"] for s in _steps(d))
+    # num_workers=0: the batches are made on the loop's own thread (in the trace), so no pinning-thread estimate
+    starved = report(FIXTURES / "gpu_pairs" / "loader_starved")
+    assert all(s["dataloader_worker_count"] == 0 < s["dataloader_count"] for s in _steps(starved))
+    assert not any((f.get("loader_bound") or {}).get("estimated") for f in starved["findings"])
+    bounds = [f["loader_bound"] for f in d["findings"] if f.get("loader_bound")]
+    assert bounds and all(b["limited_by"] == "pinning thread" and b["batches_per_step"] == 4 for b in bounds)
+    assert bounds[0]["period_us"] == pytest.approx(pin / len(fetches))
+    assert bounds[0]["period_us"] > meta["loader_timing"]["period_us"]
+
+
+def test_an_unmeasured_pinning_loader_leaves_what_it_may_not_feed_uncounted():
+    """big_fp32 (no loader timing in the capture): bf16 would save ~9 ms of GPU time, but its twin measured none
+    (the loader bound it). The 67 MB of pinned batches a step pass through a thread no trace shows; a step shorter
+    than those bytes take at the pinning rate this run shows kept is not counted, only reported as such. The same
+    holds for s3_big_fp32_fed with its capture's timing removed in memory, whose twin measured 7.2 ms: not known
+    from the trace alone, so neither promised nor denied."""
+    import traceinspect
+
+    for folder in (FIXTURES / "gpu_pairs" / "big_fp32", FIXTURES / "gpu_pairs" / "s3_big_fp32_fed"):
+        trace = traceinspect.load(folder)
+        for rank in trace.ranks:
+            for k in ("loader_timing", "process_threads"):
+                rank.metadata.pop(k, None)
+        rep = traceinspect.analyze(trace).to_dict()
+        (f,) = [f for f in rep["findings"] if f["id"] == "no-mixed-precision"]
+        lb = f["loader_bound"]
+        steps = _steps(rep)
+        pinned = sum(s["pinned_h2d_bytes"] for s in steps) / len(steps)
+        wall = sum(s["wall_us"] for s in steps)
+        assert lb["estimated"] and lb["pinned_bytes_per_step"] == pytest.approx(pinned)
+        assert lb["rate_gbps"] == pytest.approx(max(DEFAULT.pin_thread_min_gbps, pinned * len(steps) / wall / 1e3))
+        assert f["time_at_stake_us"] < 1000 and lb["cut_us"] > 5000 and f["severity"] == "info"
+    # With the capture's timing, the second one's claim is counted: 6.4 ms against 7.2 ms measured.
+    f = next(f for f in report(FIXTURES / "gpu_pairs" / "s3_big_fp32_fed")["findings"] if f["id"] == "no-mixed-precision")
+    assert f["time_at_stake_us"] > 5000 and "loader_bound" not in f
 
 
 def test_a_stall_that_comes_and_goes_is_judged_by_the_steps_without_it():
@@ -345,10 +408,13 @@ def test_a_stall_that_comes_and_goes_is_judged_by_the_steps_without_it():
 
 def test_a_gpu_side_saving_that_rests_on_the_loader_is_at_most_a_warning():
     """big_fp32: GPU-bound, its loader never made a step wait; whether it could feed a bf16 step is not in the
-    trace (the bf16 twin became loader-bound). graph_replay has no DataLoader in its loop: no such caveat."""
+    trace (the bf16 twin became loader-bound): the finding says what it assumes. s3_big_fp32_fed's capture timed
+    its loader, whose bound the accounting applied: no caveat. graph_replay has no DataLoader in its loop."""
     f = next(f for f in report(FIXTURES / "gpu_pairs" / "big_fp32")["findings"] if f["id"] == "no-mixed-precision")
-    assert f["share_of_step"] >= DEFAULT.severity_critical_share  # a critical share, held to warning
-    assert f["severity"] == "warning" and "DataLoader keeps up" in f["thin_evidence"]
+    assert "DataLoader keeps up" in f["thin_evidence"] and f["evidence"]["saving_holds_if"]
+    m = next(f for f in report(FIXTURES / "gpu_pairs" / "s3_big_fp32_fed")["findings"] if f["id"] == "no-mixed-precision")
+    assert not m["evidence"].get("saving_holds_if") and not m.get("thin_evidence")
+    assert m["severity"] in ("warning", "critical") and m["evidence"]["per_rank"][0]["loader_period_us"] > 0
     g = next(f for f in report(FIXTURES / "gpu_pairs" / "graph_replay")["findings"] if f["id"] == "no-mixed-precision")
     assert not g["evidence"].get("saving_holds_if") and not g.get("thin_evidence")
     assert "profile again" not in g["fix"] and "profile again" in f["fix"]

@@ -13,7 +13,7 @@ from traceinspect.load.reader import load, plan_folder
 from traceinspect.run.api import analyze_path
 
 from cpu_capture import load_trace
-from load_helpers import GPU, PAIRS, capture_no_ddp, copy_run, names
+from load_helpers import GPU, PAIRS, ROOT, capture_no_ddp, copy_run, names
 
 NOCACHE = Config(use_cache=False, workers=1)
 
@@ -111,10 +111,45 @@ def test_process_without_ddp_two_windows_and_the_stub(tmp_path):
     stub = max(last, key=lambda e: e["ts"])
     others = [e["dur"] for r in raws for e in r["traceEvents"]
               if str(e.get("name", "")).startswith("ProfilerStep#") and e is not stub and e.get("cat") == "user_annotation"]
-    assert stub["dur"] < 0.1 * min(others)
+    assert stub["dur"] < 0.5 * min(others)
     steps = [s["step"] for s in d["ranks"][0]["steps"]]
     assert int(stub["name"].split("#")[1]) not in steps and len(steps) == 3
     assert not any(f["id"] == "dataloader-stall" and f["severity"] == "critical" for f in d["findings"])
+
+
+def test_a_stub_is_told_by_what_it_holds_not_only_by_its_length():
+    """A kept capture of that loop: its stub (step 7, 39.9 us) holds only the DataLoader fetch that ended the loop.
+    On 2 busy cores such a fetch can take a tenth of a short CPU step (69 us of 671 us seen, 90 us below), so a last step under
+    half the shortest other one that holds nothing but fetches is a stub too; a short last step that does work is
+    kept."""
+    from traceinspect.analyze.steps import _drop_edge_stubs, _only_loader_fetch
+    from traceinspect.load.reader import load
+    folder = ROOT / "fixtures" / "cpu" / "fetch_stub"
+    raws = [load_trace(f) for f in sorted(folder.glob("*.json.gz"))]
+    ann = [e for r in raws for e in r["traceEvents"]
+           if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
+    stub = max(ann, key=lambda e: e["ts"])
+    inside = [e["name"] for e in raws[-1]["traceEvents"] if e.get("ph") == "X" and e is not stub
+              and stub["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= stub["ts"] + stub["dur"]]
+    assert inside == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+    d = analyze_path(folder, NOCACHE).to_dict()
+    assert [s["step"] for s in d["ranks"][0]["steps"]] == [2, 3, 6]
+    rank = load(folder, NOCACHE).ranks[0]
+    ev = rank.events
+    step_rows = ev[ev["name"].astype(str).str.startswith("ProfilerStep#") & (ev["kind"] == 1)]
+    tid = int(step_rows["tid"].mode().iloc[0])
+    spans = {int(n.split("#")[1]): (float(t), float(t + u))
+             for n, t, u in zip(step_rows["name"].astype(str), step_rows["ts"], step_rows["dur"])}
+    assert _only_loader_fetch(ev, tid, *spans[7])
+    assert not any(_only_loader_fetch(ev, tid, *spans[k]) for k in (2, 3, 6))
+    # The share rule with that content test, on the steps' own lengths scaled as seen on busy cores.
+    import pandas as pd
+    t = pd.DataFrame({"step": [5, 6, 7], "window": [1, 1, 1], "cpu_start": [0.0, 900.0, 1700.0],
+                      "cpu_end": [900.0, 1671.0, 1790.0], "synthetic": False})
+    kept, dropped = _drop_edge_stubs(t, lambda a, b: True)
+    assert list(kept["step"]) == [5, 6] and list(dropped["step"]) == [7]
+    kept, dropped = _drop_edge_stubs(t, lambda a, b: False)
+    assert list(kept["step"]) == [5, 6, 7] and dropped is None
 
 
 def test_a_copied_window_is_skipped_once(tmp_path):

@@ -236,6 +236,11 @@ def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
     ce = out["cpu_end_us"].to_numpy()
     # Unions per step window from one sweep each (a per-step scan would be quadratic on long traces).
     out["dataloader_us"] = build_timeline(ts[dl], end[dl], np.zeros(len(dl), int), 1).union_in(cs, ce)[0]
+    dst = np.sort(ts[dl])
+    out["dataloader_count"] = np.searchsorted(dst, ce, "left") - np.searchsorted(dst, cs, "left")
+    mp = dl[name_mask(ev, lambda s: "_MultiProcessingDataLoaderIter" in s)[dl]]
+    mst = np.sort(ts[mp])
+    out["dataloader_worker_count"] = np.searchsorted(mst, ce, "left") - np.searchsorted(mst, cs, "left")
     out["sync_us"] = build_timeline(ts[sync_rows], end[sync_rows], np.zeros(len(sync_rows), int), 1).union_in(cs, ce)[0]
     st = np.sort(ts[sync_rows])
     out["sync_count"] = np.searchsorted(st, ce, "left") - np.searchsorted(st, cs, "left")

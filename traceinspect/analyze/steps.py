@@ -72,7 +72,7 @@ def find_steps(rank: RankTrace) -> Steps:
         t = t.sort_values(["step", "cpu_start"]).groupby("step", as_index=False).agg(
             window=("window", "first"), cpu_start=("cpu_start", "min"), cpu_end=("cpu_end", "max"),
             synthetic=("synthetic", "first"))
-        t, partial = _drop_edge_stubs(t)
+        t, partial = _drop_edge_stubs(t, lambda a, b: _only_loader_fetch(ev, main_tid, a, b))
     else:
         # No ProfilerStep: each window is one step spanning its events.
         g = ev.assign(end=ev["ts"] + ev["dur"]).groupby("window")
@@ -116,25 +116,54 @@ def find_steps(rank: RankTrace) -> Steps:
 
 # A window's last step shorter than this share of the rank's shortest other step is a stub, not a step (see below).
 STUB_SHARE = 0.1
+# ... and one shorter than this share that holds nothing but DataLoader fetches (the fetch that ended the loop).
+FETCH_STUB_SHARE = 0.5
+_LOADER_PREFIX = "enumerate(DataLoader)"
 
 
-def _drop_edge_stubs(t: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _drop_edge_stubs(t: pd.DataFrame, only_fetch=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Drop the partial step the profiler cuts at a window's end: (the steps, the dropped stubs or None).
 
     When the loop ends (or the profiler stops) right after ``prof.step()`` opened step N, the trace holds a
     ``ProfilerStep#N`` with only the start of that step (typically the DataLoader fetch that ended the loop): a
     few tens of microseconds against milliseconds for real steps. It is not a step: counted, it would be one made
-    of nothing but data loading.
+    of nothing but data loading. A window's last step is a stub when it is shorter than ``STUB_SHARE`` of the
+    shortest other step, or shorter than ``FETCH_STUB_SHARE`` of it and ``only_fetch(start, end)`` says it holds
+    nothing but DataLoader fetches (on short CPU steps a fetch can take a tenth of a step).
     """
     if len(t) < 2:
         return t, None
     dur = t["cpu_end"] - t["cpu_start"]
     last = t.groupby("window")["cpu_start"].transform("max") == t["cpu_start"]
     ref = dur[~last] if (~last).any() else dur[dur >= STUB_SHARE * dur.max()]
-    stub = last & (dur < STUB_SHARE * float(ref.min()))
+    floor = float(ref.min())
+    stub = last & (dur < STUB_SHARE * floor)
+    if only_fetch is not None:
+        for i in np.flatnonzero((last & ~stub & (dur < FETCH_STUB_SHARE * floor)).to_numpy()):
+            if only_fetch(float(t["cpu_start"].iat[i]), float(t["cpu_end"].iat[i])):
+                stub.iat[i] = True
     if not stub.any() or stub.all():
         return t, None
     return t[~stub].reset_index(drop=True), t[stub].reset_index(drop=True)
+
+
+def _only_loader_fetch(ev: pd.DataFrame, tid: int, start: float, end: float) -> bool:
+    """True when every CPU event of thread ``tid`` in [start, end], other than the step itself, lies inside a
+    DataLoader fetch (``enumerate(DataLoader)...``), and at least one fetch is there; no GPU launch either."""
+    ts = ev["ts"].to_numpy()
+    te = ts + ev["dur"].to_numpy()
+    inside = (ts >= start) & (te <= end) & (ev["tid"].to_numpy() == tid) & (ev["kind"].to_numpy() < int(Kind.KERNEL))
+    rows = np.flatnonzero(inside)
+    cats = np.asarray(ev["name"].cat.categories, dtype=object)
+    codes = ev["name"].cat.codes.to_numpy()[rows]
+    names = np.array([str(cats[c]) if c >= 0 else "" for c in codes], dtype=str) if len(rows) else np.empty(0, str)
+    step = np.char.startswith(names, "ProfilerStep#")
+    fetch = np.char.startswith(names, _LOADER_PREFIX)
+    if not fetch.any():
+        return False
+    fs, fe = ts[rows][fetch], te[rows][fetch]
+    rest = rows[~step & ~fetch]
+    return all(((fs <= ts[r]) & (te[r] <= fe)).any() for r in rest)
 
 
 def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,

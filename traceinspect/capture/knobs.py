@@ -48,7 +48,7 @@ class WorkloadConfig:
     non_blocking: bool = False         # .to(device, non_blocking=...) for inputs/labels (async only from pinned memory)
     item_delay_ms: float = 0.0         # sleep per __getitem__ (ms): simulates a slow decode/augment pipeline
     slow_rank: int = -1                # rank that gets item_delay_ms; -1 = every rank (a single slow rank makes stragglers)
-    probe_loader: bool = True          # time the loader's batches with no training work before profiling (its capacity)
+    probe_loader: bool = True          # time the loader during the recorded steps (workers, pinning thread): its bound
     epoch_steps: int = 0               # optimizer steps per epoch (epoch ends restart non-persistent workers); 0 = one epoch for the whole run
     seed: int = 0                      # seeds the synthetic data, the model init and the sampler
 

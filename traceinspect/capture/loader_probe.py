@@ -7,8 +7,10 @@ promise a step the loader cannot feed. :func:`probe_loader` measures that bound 
 iterates the loader with no training work and times the batches it delivers, workers, pinning thread and
 collation included.
 
-The result goes into the trace metadata (``loader_probe``), where the report caps every claim but the loader's own
-at ``step - period_us``: no fix elsewhere makes a step shorter than the loader's period (docs/findings.md).
+The result goes into the trace metadata (``loader_probe``) as a record only: on real captures the probe saw the
+loader slower than training drew from it (docs/findings.md), so the report's bound comes from what is timed during
+the recorded steps instead: the workers' batches (:class:`LoaderTimer`, ``loader_timing``) and the pinning
+thread's CPU time (``threads.ThreadClock``, ``process_threads``).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from typing import Any, Mapping
 from .metadata import (METADATA_KEY, METADATA_SCHEMA, _grad_scaler_flag, _json_safe, amp_dtype_name,  # noqa: F401
                        describe_dataloader, describe_ddp, describe_job, detect_rank)
 from .loader_probe import LoaderTimer, probe_loader
+from .threads import ThreadClock
 from .schedule import (CaptureError, _check_schedule, _check_writable, recorded_step_numbers,  # noqa: F401
                        required_steps)
 
@@ -112,6 +113,7 @@ class Capture:
         self.probe_loader = probe_loader
         self._timer: LoaderTimer | None = None  # the workers' batch times during training (probe_loader=True)
         self._rec_start: float | None = None  # time.monotonic() when the current window started recording
+        self._clock: ThreadClock | None = None  # the training process's threads' CPU time (probe_loader=True)
         self.metadata: dict[str, Any] = self._build_metadata()
 
     # -- metadata -----------------------------------------------------------------------
@@ -215,6 +217,8 @@ class Capture:
             self._timer = LoaderTimer(self._loader)
             # before the profiler starts: the probe's batches must not be in the trace, nor the loop's in the probe
             self._job["loader_probe"] = _json_safe(probe_loader(self._loader))
+        if self.probe_loader:
+            self._clock = ThreadClock()
         # the rank may have changed since __init__ if the process group came up in between
         self.rank, self.world_size = detect_rank()
         self.metadata = self._build_metadata()
@@ -248,14 +252,25 @@ class Capture:
             self._rec_start = None
         elif self._rec_start is None:
             self._rec_start = time.monotonic()
+            if self._clock is not None:
+                self._clock.start()
 
     def _record_loader_timing(self) -> None:
-        """Put the workers' batch times of this window so far into its metadata (before the step that may end it)."""
-        if self._timer is None or not self._timer.installed or self._rec_start is None or not self._recording():
+        """Put the workers' batch times and the process's thread times of this window so far into its metadata
+        (before the step that may end it)."""
+        if self._rec_start is None or not self._recording():
             return
-        # the metadata is the job's keys over the capture's: only this key changes, nothing to rebuild per step
-        self._job["loader_timing"] = self.metadata["loader_timing"] = _json_safe(self._timer.stats(self._rec_start))
-        self._install_metadata(now=True)
+        changed = False
+        # the metadata is the job's keys over the capture's: only these keys change, nothing to rebuild per step
+        if self._timer is not None and self._timer.installed:
+            self._job["loader_timing"] = self.metadata["loader_timing"] = _json_safe(self._timer.stats(self._rec_start))
+            changed = True
+        threads = self._clock.stats() if self._clock is not None else None
+        if threads is not None:
+            self._job["process_threads"] = self.metadata["process_threads"] = _json_safe(threads)
+            changed = True
+        if changed:
+            self._install_metadata(now=True)
 
     def step(self) -> None:
         """Mark the end of one training step (call it once per optimizer step)."""
@@ -351,10 +366,12 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
     ``amp_dtype`` (autocast dtype or None), ``grad_scaler`` (GradScaler or bool),
     ``workload`` and ``extra`` (any JSON-able dicts of your own).
 
-    ``probe_loader``: before the profiler starts, time how fast ``dataloader`` delivers batches with no training
-    work (:func:`traceinspect.capture.loader_probe.probe_loader`, about 3 rounds of all workers) and record it as
-    ``loader_probe``. The report then caps what any fix but the loader's may save at the step beyond the loader's
-    period. It draws batches from fresh iterators, so enable it before the loop first iterates the loader.
+    ``probe_loader``: time the DataLoader during the recorded steps: its workers' batches (``loader_timing``) and
+    the CPU time of each thread of the training process (``process_threads``, :mod:`.threads`: the loader's pinning
+    thread among them). The report then caps what any fix but the loader's may save at the step beyond what its
+    batches take the loader. Before the profiler starts it also times a few batches drawn with no training work
+    (``loader_probe``, recorded only: no bound); those come from fresh iterators, so enable it before the loop
+    first iterates the loader.
 
     ``strict``: when the loop ends normally with fewer steps than the schedule
     needs, raise :class:`CaptureError` (default) or only warn. ``verbose``: rank 0

@@ -30,17 +30,53 @@ def mean(x) -> float:
 
 def _period(section) -> float | None:
     v = section.get("period_us") if isinstance(section, dict) else None
+    return _positive(v)
+
+
+def _positive(v) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
         return None
     return float(v)
 
 
-def loader_period_us(ra) -> float | None:
-    """The least time a step fed by the rank's DataLoader can take, where the capture measured it: the larger of
-    the period the pre-loop probe saw (``loader_probe``: batches drawn with no training work) and the workers'
-    busy time per batch during the recorded steps over the number of workers (``loader_timing``). Both can only
-    be shorter than the loader's real period (neither counts the training process's own share of each batch), so
-    the bound they give is safe. None where the trace has neither."""
+PIN_THREAD = "_pin_memory_loop"  # Python's name of the DataLoader's pinning thread ends in its target's name
+
+
+def pin_thread_us(ra) -> float | None:
+    """CPU time of the DataLoader's pinning thread per batch over the first window's recorded steps, where the
+    capture measured the process's threads (``process_threads``): its CPU time over the batches those steps drew."""
+    threads = (ra.metadata or {}).get("process_threads")
+    rows = threads.get("threads") if isinstance(threads, dict) else None
+    if not isinstance(rows, list):
+        return None
+    cpu = sum(_positive(r.get("cpu_us")) or 0.0 for r in rows
+              if isinstance(r, dict) and PIN_THREAD in str(r.get("name", "")))
+    s = ra.steps
+    if cpu <= 0 or "dataloader_count" not in s or not len(s):
+        return None
+    first = s["window"] == s["window"].min() if "window" in s else np.ones(len(s), bool)
+    batches = float(np.nansum(s.loc[first, "dataloader_count"].to_numpy(float)))
+    return cpu / batches if batches > 0 else None
+
+
+def loader_bound(ra) -> dict | None:
+    """The least time a batch of the rank's DataLoader takes, where the capture measured it, and what sets it:
+    ``{"period_us", "limited_by", "workers_us", "pin_thread_us"}``. Two measures, each a floor on how often the
+    loader can deliver during training: the workers' busy time per batch over their number (``loader_timing``) and
+    the pinning thread's CPU time per batch (``process_threads``: one thread handles every batch, so it delivers no
+    faster). None where the trace has neither. The pre-loop probe (``loader_probe``) is not one: with no training
+    work it saw a batch every 12.8 ms where training drew one every 6.1 ms (fixtures/gpu_pairs/s2_big_fed)."""
     meta = ra.metadata or {}
-    found = [p for p in (_period(meta.get("loader_probe")), _period(meta.get("loader_timing"))) if p is not None]
-    return max(found) if found else None
+    workers, pin = _period(meta.get("loader_timing")), pin_thread_us(ra)
+    found = {k: v for k, v in (("workers", workers), ("pinning thread", pin)) if v is not None}
+    if not found:
+        return None
+    limited_by = max(found, key=found.get)
+    return {"period_us": found[limited_by], "limited_by": limited_by, "workers_us": workers, "pin_thread_us": pin}
+
+
+def loader_period_us(ra) -> float | None:
+    """The least time a batch of the rank's DataLoader takes, where the capture measured it (``loader_bound``)."""
+    b = loader_bound(ra)
+    return b["period_us"] if b else None
+

@@ -19,8 +19,10 @@ CPU-only traces.
 the op that launched them, the device and its compute capability. **Time at stake**: 75 % of the fp32 matrix
 time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck,
 less the CPU work autocast's casts add, and nothing of a step the DataLoader paced until the loader keeps up
-(docs/findings.md). Where a DataLoader feeds the loop the saving assumes it can feed a faster step, which no trace
-shows: the finding says so (``saving_holds_if``) and is at most a warning.
+(docs/findings.md); no step shorter than the DataLoader can feed (its measured bound, or for pinning workers
+whose pace the capture did not time, the estimate of accounting.py). Where an untimed DataLoader feeds the loop
+the saving assumes it can feed a faster step, which no trace shows: the finding says so (``saving_holds_if``) and
+is at most a warning.
 
 **Fix**::
 
@@ -52,13 +54,14 @@ FIX = (
     "# where fp32 must stay: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True\n"
     "# then profile again: with faster matmuls the data pipeline, which this trace cannot show, may set the step"
 )
-FIX_NO_LOADER = FIX.rsplit("\n", 1)[0]  # no DataLoader in the loop: no caveat about one
-# What the time at stake assumes and no trace shows: that the DataLoader keeps up with the faster step. A run that
-# waits for data in some steps shows it does not (those steps claim nothing: accounting), but a loader that never
-# made a GPU-bound step wait cannot be told from one with room to spare: its workers are not profiled, and the
-# capture's probe and worker timing see it faster than it is during training (the batches also pass through the
-# training process). A bf16 twin of such a run became loader-bound at the same step time (docs/findings.md,
-# big_fp32), so the finding says what it assumes and is at most a warning wherever a DataLoader feeds the loop.
+FIX_NO_LOADER = FIX.rsplit("\n", 1)[0]  # no DataLoader in the loop, or one the capture timed: no caveat
+# What the time at stake assumes where the capture did not time the loader: that it keeps up with the faster step.
+# A run that waits for data in some steps shows it does not (those steps claim nothing: accounting), and a loop fed
+# by pinning workers cannot count a step shorter than its pinned bytes take the pinning thread (accounting's
+# estimate). Beyond those, a loader that never made a GPU-bound step wait cannot be told from one with room to
+# spare: its workers and the pinning thread are not profiled. A bf16 twin of such a run became loader-bound at
+# the same step time (docs/findings.md, big_fp32), so the finding says what it assumes and is at most a warning
+# there. Where the capture timed the loader (loader_timing, process_threads) its bound is applied instead.
 HOLDS_IF = ("the DataLoader keeps up with a faster step: how fast it could feed one is not in the trace (its "
             "workers are not profiled, and the batches also pass through the training process)")
 SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservatively (4x)
@@ -109,8 +112,8 @@ def check(report, config) -> list[Finding]:
         period = loader_period_us(ra)  # where the capture measured the loader (probe, worker timing)
         if period is not None:
             per_rank[-1]["loader_period_us"] = period
-        if "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any()):
-            fed_by_loader = True
+        if period is None and "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any()):
+            fed_by_loader = True  # by a loader whose pace the capture did not measure
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:

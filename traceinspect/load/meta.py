@@ -63,7 +63,7 @@ def distributed(meta: dict) -> dict:
 
 
 # Sections of our capture metadata that are objects; the rules read their keys.
-_CAPTURE_SECTIONS = ("workload", "dataloader", "ddp", "capture", "loader_probe", "loader_timing")
+_CAPTURE_SECTIONS = ("workload", "dataloader", "ddp", "capture", "loader_probe", "loader_timing", "process_threads")
 
 
 def capture_meta(meta: dict) -> dict:

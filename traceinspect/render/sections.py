@@ -184,9 +184,17 @@ def finding_notes(f: dict) -> list[str]:
                    f"{fmt.ranges(af.get('steps'))} the GPU waited for the batch, so a faster GPU alone would only "
                    f"wait longer")
     lb = f.get("loader_bound")
-    if isinstance(lb, dict) and lb.get("period_us"):
-        out.append(f"capped by the DataLoader: it delivers a batch every {fmt.ms(lb['period_us'])} at best (probed "
-                   f"at capture with no training work), so {fmt.ms(lb.get('cut_us'))} more would not shorten the step")
+    if isinstance(lb, dict) and lb.get("estimated"):
+        out.append(f"not counted: {fmt.ms(lb.get('cut_us'))} more a step would need the DataLoader's pinning thread, "
+                   f"which no trace shows, to move the step's {fmt.mb(lb.get('pinned_bytes_per_step'))} of batches "
+                   f"faster than {lb.get('rate_gbps') or 0:.1f} GB/s (what this run shows it keeping, at least the "
+                   f"slowest seen at capture); time it with traceinspect.capture.profile(probe_loader=True) to know")
+    elif isinstance(lb, dict) and lb.get("period_us"):
+        who = {"workers": "its workers' busy time", "pinning thread": "its pinning thread's CPU time"}.get(
+            lb.get("limited_by"), "measured at capture")
+        per = f", {lb['batches_per_step']:.0f} a step" if isinstance(lb.get("batches_per_step"), (int, float)) else ""
+        out.append(f"capped by the DataLoader: it delivers a batch every {fmt.ms(lb['period_us'])} at best ({who} "
+                   f"during the recorded steps{per}), so {fmt.ms(lb.get('cut_us'))} more would not shorten the step")
     return out
 
 

@@ -50,6 +50,8 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("d2d_time_us", "float", "us", "sum of the step's DtoD/PtoP copy durations", _A),
     Column("d2d_count", "int", "count", "number of the step's DtoD/PtoP copies", _A),
     Column("dataloader_us", "float", "us", "union of DataLoader __next__ annotations in the step's CPU window", _A),
+    Column("dataloader_count", "int", "count", "DataLoader __next__ annotations starting in the step's CPU window", _A),
+    Column("dataloader_worker_count", "int", "count", "of those, batches from worker processes (_MultiProcessingDataLoaderIter)", _A),
     Column("kernel_count", "int", "count", "kernels the step owns", _A),
     Column("compute_kernel_count", "int", "count", "compute (non-NCCL) kernels the step owns", _A),
     Column("compute_kernel_time_us", "float", "us", "sum of compute kernel durations", _A),

@@ -29,10 +29,18 @@ _TYPES = {"int": int | None, "float": Num, "bool": bool | None}
 
 
 class LoaderBoundDoc(Struct, omit_defaults=True, kw_only=True):
-    """How much of a finding's claim the probed DataLoader cut: no step gets shorter than ``period_us``."""
+    """How much of a finding's claim the measured DataLoader cut: no step gets shorter than its batches take at
+    ``period_us`` each (``limited_by``: the workers, or the pinning thread that handles every batch)."""
 
     period_us: Num
     cut_us: Num
+    limited_by: str | None | UnsetType = UNSET
+    batches_per_step: Num | UnsetType = UNSET
+    # No capture timed the loader: the pinning thread's floor estimated from the step's pinned batch bytes at
+    # rate_gbps, the part of the claim below it left uncounted (not known either way).
+    estimated: bool | UnsetType = UNSET
+    pinned_bytes_per_step: Num | UnsetType = UNSET
+    rate_gbps: Num | UnsetType = UNSET
 
 
 class ClaimDoc(Struct, omit_defaults=True, kw_only=True):
@@ -148,7 +156,7 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
     claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
-    loader_bound: LoaderBoundDoc | UnsetType = UNSET  # the claim beyond the probed loader's period, cut off
+    loader_bound: LoaderBoundDoc | UnsetType = UNSET  # the claim beyond the measured loader's pace, cut off
     after_loader_fix: AfterFixDoc | UnsetType = UNSET  # saved only once the DataLoader keeps up (paced steps)
 
 
