@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .bounds import autocast_cpu_us, col, gpu_room, loader_floor, loader_floor_evidence, paced
+from .bounds import autocast_cpu_us, col, gpu_room, loader_floor, paced
 from .finding import Finding
 from .severity import grade, thin as thin_evidence  # noqa: F401  (grade: part of this module's interface)
 
@@ -103,7 +103,7 @@ def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
         pools = {k: col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
     floor = loader_floor(ra, s, config)
     if floor is not None:
-        pools[LOADER_ROOM] = np.clip(col(s, "wall_us") - floor, 0.0, None)
+        pools[LOADER_ROOM] = np.clip(col(s, "wall_us") - floor[0], 0.0, None)
     return pools
 
 
@@ -277,7 +277,8 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
     left = {r: _pools(ra, steps[r], config) for r, ra in ranks.items()}
     book = _Ledger(walls={r: col(s, "wall_us") for r, s in steps.items()},
                    step_ids={r: [int(st) for st in s["step"]] for r, s in steps.items()},
-                   periods={r: loader_floor_evidence(ra, steps[r], config) for r, ra in ranks.items()})
+                   periods={r: (fl[1] if (fl := loader_floor(ra, steps[r], config)) else None)
+                            for r, ra in ranks.items()})
     for f in sorted(findings, key=_order_key):
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._util import loader_bound, loader_period_us
+from ._util import loader_bound
 
 
 def col(s: pd.DataFrame, name: str) -> np.ndarray:
@@ -45,34 +45,20 @@ def autocast_cpu_us(s: pd.DataFrame, config) -> np.ndarray:
     return config.autocast_casts_per_gemm * mm * fp32_share * per_launch
 
 
-def pinned_unmeasured(ra, s: pd.DataFrame) -> np.ndarray:
-    """Per step, the pinned host-to-device bytes of a loop fed by DataLoader workers whose pace the capture did not
-    measure (0 elsewhere): what the loader's pinning thread, which no trace shows, handled in the step."""
-    if loader_bound(ra) is not None or "dataloader_worker_count" not in s or "pinned_h2d_bytes" not in s:
+def pinned_untimed(ra, s: pd.DataFrame) -> np.ndarray:
+    """Per step, the pinned host-to-device bytes of a loop fed by DataLoader workers whose pinning thread the
+    capture did not time (0 elsewhere): what that thread, which no trace shows, handled in the step."""
+    b = loader_bound(ra)
+    if (b is not None and b["pin_thread_us"] is not None) or "dataloader_worker_count" not in s \
+            or "pinned_h2d_bytes" not in s:
         return np.zeros(len(s))
     workers = np.nan_to_num(s["dataloader_worker_count"].to_numpy(float)) > 0
     return np.where(workers, np.nan_to_num(s["pinned_h2d_bytes"].to_numpy(float)), 0.0)
 
 
-def loader_floor(ra, s: pd.DataFrame, config) -> np.ndarray | None:
-    """The least time each step can take for its batches, where anything bounds it: the measured loader's period
-    per batch drawn (``loader_bound``), else, for a loop fed by pinning workers, its pinned batch bytes at
-    ``config.pin_thread_min_gbps`` (an estimate: the slowest the pinning thread ran in our captures). None where
-    neither applies."""
-    period = loader_period_us(ra)
-    if period is not None:
-        count = s["dataloader_count"].to_numpy(float) if "dataloader_count" in s else np.ones(len(s))
-        return np.maximum(np.nan_to_num(count), 1.0) * period
-    pinned = pinned_unmeasured(ra, s)
-    rate = pin_rate_gbps(s, pinned, config)
-    if rate is None:
-        return None
-    return pinned / (rate * 1e3)  # bytes / (GB/s) -> us
-
-
 def pin_rate_gbps(s: pd.DataFrame, pinned: np.ndarray, config) -> float | None:
-    """The pinning thread's assumed rate: ``config.pin_thread_min_gbps``, or the rate the rank's steps show it
-    kept if that is faster (it handled their pinned bytes within their walls). None where nothing is pinned."""
+    """The untimed pinning thread's assumed rate: ``config.pin_thread_min_gbps``, or the rate the rank's steps show
+    it kept if that is faster (it handled their pinned bytes within their walls). None where nothing is pinned."""
     if not pinned.any() or config.pin_thread_min_gbps <= 0:
         return None
     wall = float(np.nansum(s["wall_us"].to_numpy(float))) if "wall_us" in s else 0.0
@@ -80,15 +66,22 @@ def pin_rate_gbps(s: pd.DataFrame, pinned: np.ndarray, config) -> float | None:
     return max(float(config.pin_thread_min_gbps), seen)
 
 
-def loader_floor_evidence(ra, s: pd.DataFrame, config) -> dict | None:
-    """What ``loader_floor`` rests on, for a finding's ``loader_bound``: the measured bound, or the estimate."""
+def loader_floor(ra, s: pd.DataFrame, config) -> tuple[np.ndarray, dict] | None:
+    """The least time each step can take for its batches, and what that rests on (a finding's ``loader_bound``):
+    the measured loader's period per batch drawn (``loader_bound``: its workers, its pinning thread), and where the
+    capture did not time the pinning thread of a loop fed by pinning workers, the step's pinned batch bytes at
+    ``pin_rate_gbps`` (an estimate); the larger of the two. None where neither applies."""
     b = loader_bound(ra)
     batches = float(np.nanmean(s["dataloader_count"].to_numpy(float))) if "dataloader_count" in s and len(s) else None
+    found = []
     if b is not None:
-        return {"period_us": b["period_us"], "limited_by": b["limited_by"], "batches_per_step": batches}
-    pinned = pinned_unmeasured(ra, s)
+        count = s["dataloader_count"].to_numpy(float) if "dataloader_count" in s else np.ones(len(s))
+        found.append((np.maximum(np.nan_to_num(count), 1.0) * b["period_us"],
+                      {"period_us": b["period_us"], "limited_by": b["limited_by"], "batches_per_step": batches}))
+    pinned = pinned_untimed(ra, s)
     rate = pin_rate_gbps(s, pinned, config)
-    if rate is None:
-        return None
-    return {"period_us": None, "limited_by": "pinning thread", "batches_per_step": batches, "estimated": True,
-            "pinned_bytes_per_step": float(pinned.mean()), "rate_gbps": rate}
+    if rate is not None:
+        found.append((pinned / (rate * 1e3),  # bytes / (GB/s) -> us
+                      {"period_us": None, "limited_by": "pinning thread", "batches_per_step": batches,
+                       "estimated": True, "pinned_bytes_per_step": float(pinned.mean()), "rate_gbps": rate}))
+    return max(found, key=lambda fe: float(fe[0].mean())) if found else None

@@ -13,12 +13,17 @@ workers, or workers restarted every epoch, batches are not ready when the step w
 meanwhile: the GPU-Util flicker of ``nvidia-smi``.
 
 **Evidence**: wait per step (us and share of the step), GPU idle during the wait, the DataLoader settings the
-capture recorded (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``).
+capture recorded (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``), and where the
+capture timed the loader, its period per batch and what set it (``loader_limited_by``: its workers, or its pinning
+thread, each with its time per batch).
 
 **Fix**::
 
-    loader = DataLoader(dataset, batch_size=..., num_workers=8,        # ~ CPU cores per GPU
+    loader = DataLoader(dataset, batch_size=..., num_workers=8,        # ~ CPU cores per GPU; twice as many as now
                         persistent_workers=True, prefetch_factor=4, pin_memory=True)
+
+where the capture recorded ``num_workers``, twice that; where the pinning thread set the pace, a note of what it
+handles (every batch byte: fewer bytes, e.g. uint8 cast on the GPU, lighten it)
 
 (on a CPU-only run without ``pin_memory``, which only helps copies to a GPU, and with fewer workers: they share the
 cores with the training processes) and move heavy work (decoding, augmentation) out of ``__getitem__`` into preprocessing, or onto the GPU.
@@ -30,7 +35,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import loader_period_us, mean, severity_for, step_ids
+from ._util import loader_bound, mean, severity_for, step_ids
 
 ID = "dataloader-stall"
 TITLE = "Training loop waits on the DataLoader"
@@ -77,9 +82,12 @@ def check(report, config) -> list[Finding]:
                 "dataloader_settings": (ra.metadata or {}).get("dataloader"),
             }
         )
-        period = loader_period_us(ra)  # where the capture measured the loader (probe, worker timing)
-        if period is not None:
-            per_rank[-1]["loader_period_us"] = period
+        bound = loader_bound(ra)  # where the capture timed the loader (its workers, its pinning thread)
+        if bound is not None:
+            per_rank[-1]["loader_period_us"] = bound["period_us"]
+            per_rank[-1]["loader_limited_by"] = bound["limited_by"]
+            per_rank[-1]["workers_us_per_batch"] = bound["workers_us"]
+            per_rank[-1]["pin_thread_us_per_batch"] = bound["pin_thread_us"]
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:
@@ -99,7 +107,28 @@ def check(report, config) -> list[Finding]:
                 "threshold_share_warning": config.dataloader_share_warning,
                 "threshold_share_critical": config.dataloader_share_critical,
             },
-            fix=FIX_CPU if cpu_only else FIX,
+            fix=FIX_CPU if cpu_only else fix_for(per_rank[0]),
             time_at_stake_us=us,
         )
     ]
+
+
+def fix_for(ev: dict) -> str:
+    """The loader fix for the rank the title names, from what its capture recorded: more workers than it has, the
+    settings it lacks, and where its pinning thread (not its workers) set the pace, what that thread handles."""
+    settings = ev.get("dataloader_settings") if isinstance(ev.get("dataloader_settings"), dict) else {}
+    now = settings.get("num_workers")
+    if isinstance(now, int) and not isinstance(now, bool) and now > 0:
+        workers = f"num_workers={2 * now},   # now {now}"
+    else:
+        workers = "num_workers=8,   # ~ CPU cores per GPU" + (" (now 0: batches made in the loop)" if now == 0 else "")
+    lines = [f"loader = DataLoader(dataset, batch_size=..., {workers}",
+             "                    persistent_workers=True, prefetch_factor=4, pin_memory=True)",
+             "# and keep __getitem__ cheap: decode / augment ahead of time or on the GPU"]
+    pin, work = ev.get("pin_thread_us_per_batch"), ev.get("workers_us_per_batch")
+    if ev.get("loader_limited_by") == "pinning thread" and pin:
+        than = f" against {work / 1000:.2f} ms for the workers" if work else ""
+        lines.append(f"# its pinning thread set the pace ({pin / 1000:.2f} ms of CPU a batch{than}): one thread of "
+                     f"the training process copies every batch byte; send fewer bytes (uint8 from the workers, "
+                     f"cast and normalize on the GPU)")
+    return "\n".join(lines)
