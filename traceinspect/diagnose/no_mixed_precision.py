@@ -20,7 +20,7 @@ the op that launched them, the device and its compute capability. **Time at stak
 time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck,
 less the CPU work autocast's casts add, and nothing of a step the DataLoader paced until the loader keeps up
 (docs/findings.md); no step shorter than the DataLoader can feed (its measured bound, or for pinning workers
-whose pace the capture did not time, the estimate of accounting.py). Where an untimed DataLoader feeds the loop
+whose pinning thread the capture did not time, the estimate of bounds.py). Where an untimed DataLoader feeds the loop
 the saving assumes it can feed a faster step, which no trace shows: the finding says so (``saving_holds_if``) and
 is at most a warning.
 
@@ -109,7 +109,7 @@ def check(report, config) -> list[Finding]:
             "fp32_share_of_kernel_time": sh,
             "top_fp32_kernels": top,
         })
-        period = loader_period_us(ra)  # where the capture measured the loader (probe, worker timing)
+        period = loader_period_us(ra)  # where the capture timed the loader (its workers, its pinning thread)
         if period is not None:
             per_rank[-1]["loader_period_us"] = period
         if period is None and "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any()):
