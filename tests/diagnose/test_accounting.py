@@ -431,3 +431,26 @@ def test_the_loader_fix_starts_from_the_settings_and_names_what_set_the_pace():
     assert f"{ev['pin_thread_us_per_batch'] / 1000:.2f} ms of CPU a batch" in f["fix"]
     g = next(f for f in report(FIXTURES / "gpu_pairs" / "loader_starved")["findings"] if f["id"] == "dataloader-stall")
     assert "num_workers=8," in g["fix"] and "now 0" in g["fix"] and "pinning thread" not in g["fix"]
+
+
+def test_launch_bound_says_when_the_loops_thread_waited_off_a_cpu():
+    """s3_big_fed: 149 launches at ~120 us of CPU each, but the capture's thread times show the loop's thread on a
+    CPU only 8.6 of the 18.3 ms a step it had work to issue, while the pinning thread ran 15.1 ms a step: the fix
+    says so. Without those times (big_clean) the fix is the plain one."""
+    import gzip
+    import json
+
+    folder = FIXTURES / "gpu_pairs" / "s3_big_fed"
+    with gzip.open(next(folder.glob("*.json.gz")), "rt") as fh:
+        threads = json.load(fh)["traceinspect"]["process_threads"]["threads"]
+    d = report(folder)
+    steps = _steps(d)
+    loop = next(t["cpu_us"] for t in threads if t["main"]) / len(steps)
+    issue = sum(max(s["cpu_step_us"] - s["dataloader_us"] - s["sync_us"], 0) for s in steps) / len(steps)
+    f = next(f for f in d["findings"] if f["id"] == "launch-bound")
+    ev = f["evidence"]["per_rank"][0]
+    assert ev["loop_thread_cpu_us_per_step"] == pytest.approx(loop)
+    assert ev["loop_thread_off_cpu_us_per_step"] == pytest.approx(issue - loop) and issue - loop > 0.25 * issue
+    assert f"on a CPU {loop / 1000:.1f} ms of the {issue / 1000:.1f} ms" in f["fix"]
+    g = next(f for f in report(FIXTURES / "gpu_pairs" / "big_clean")["findings"] if f["id"] == "launch-bound")
+    assert "pinning thread" not in g["fix"] and "loop_thread_cpu_us_per_step" not in g["evidence"]["per_rank"][0]

@@ -80,3 +80,20 @@ def loader_period_us(ra) -> float | None:
     b = loader_bound(ra)
     return b["period_us"] if b else None
 
+
+
+def thread_cpu_per_step(ra) -> dict | None:
+    """Where the capture timed the training process's threads (``process_threads``): CPU time per step of the
+    loop's own thread and of the DataLoader's pinning thread over the first window's recorded steps
+    (``{"loop_us", "pin_us"}``, a thread not seen is None). None without that record."""
+    threads = (ra.metadata or {}).get("process_threads")
+    rows = threads.get("threads") if isinstance(threads, dict) else None
+    s = ra.steps
+    if not isinstance(rows, list) or not len(s):
+        return None
+    first = s["window"] == s["window"].min() if "window" in s else np.ones(len(s), bool)
+    n = int(np.sum(first))
+    rows = [r for r in rows if isinstance(r, dict) and _positive(r.get("cpu_us")) is not None]
+    loop = [r["cpu_us"] for r in rows if r.get("main") is True]
+    pin = [r["cpu_us"] for r in rows if PIN_THREAD in str(r.get("name", ""))]
+    return {"loop_us": sum(loop) / n if loop else None, "pin_us": sum(pin) / n if pin else None}

@@ -22,7 +22,10 @@ call of a few microseconds), so when kernels run for a couple of microseconds th
 **Evidence**: kernels per step, median kernel time, short kernels (< ``short_kernel_us``, 10 us), launch calls
 per step (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernelEx``,
 ``cudaGraphLaunch``...), CPU time inside those calls per launch, CPU time per kernel, the idle time, and the
-nvidia-smi view of the step (share of the step with a kernel running). **Time at stake**: ``idle_other_us``.
+nvidia-smi view of the step (share of the step with a kernel running). Where the capture timed the training
+process's threads (``process_threads``), the loop's thread's CPU time per step and how long, at least, it was off a
+CPU while it had work to issue (``cpu_issue_us`` less its CPU time), and the DataLoader pinning thread's CPU time.
+**Time at stake**: ``idle_other_us``.
 
 **Fix**: fewer, larger kernels per unit of work::
 
@@ -30,7 +33,9 @@ nvidia-smi view of the step (share of the step with a kernel running). **Time at
     loader = DataLoader(dataset, batch_size=4 * bs)    # more work per kernel (scale the learning rate)
     opt = torch.optim.AdamW(params, fused=True)        # one kernel for all parameters
 
-or capture the static part of the step in a CUDA graph (``torch.cuda.graphs``).
+or capture the static part of the step in a CUDA graph (``torch.cuda.graphs``). Where the loop's thread was off a
+CPU a quarter or more of that time while the pinning thread ran longer than that, the fix says so first: the
+launches are slow for a reason fewer launches do not remove (the threads share one interpreter lock).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import mean, severity_for, step_ids
+from ._util import mean, severity_for, step_ids, thread_cpu_per_step
 
 ID = "launch-bound"
 TITLE = "The GPU waits on kernel launches"
@@ -111,6 +116,15 @@ def check(report, config) -> list[Finding]:
             "idle_other_share": sh,
             "smi_util": mean(sel["smi_util"]) if "smi_util" in sel else None,
         })
+        threads = thread_cpu_per_step(ra)  # where the capture timed the process's threads
+        if threads is not None and threads["loop_us"] is not None:
+            first = (s["window"] == s["window"].min()).to_numpy() if "window" in s else np.ones(len(s), bool)
+            issue = mean(issue_us.clip(lower=0.0)[first])  # over the steps the thread times cover
+            per_rank[-1]["loop_thread_cpu_us_per_step"] = threads["loop_us"]
+            # at least this long the loop's thread was off a CPU while it had work to issue (its CPU time also
+            # holds any spin inside syncs, so the difference is a lower bound)
+            per_rank[-1]["loop_thread_off_cpu_us_per_step"] = max(issue - threads["loop_us"], 0.0)
+            per_rank[-1]["pin_thread_cpu_us_per_step"] = threads["pin_us"]
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:
@@ -127,6 +141,22 @@ def check(report, config) -> list[Finding]:
         steps=sorted(steps),
         evidence={"per_rank": per_rank, "threshold_idle_share": warn, "threshold_idle_share_critical": crit,
                   "min_kernels_per_step": min_kernels},
-        fix=FIX,
+        fix=fix_for(per_rank[0]),
         time_at_stake_us=float(np.mean([r["idle_other_us_per_step"] for r in per_rank])),
     )]
+
+
+# The loop's thread off a CPU for this share of the time it had work to issue is contention, not launch cost.
+OFF_CPU_SHARE = 0.25
+
+
+def fix_for(ev: dict) -> str:
+    """The fix, with a note where the capture saw the loop's thread wait for a CPU or the interpreter lock while
+    the DataLoader's pinning thread ran in the same process: then the launches are slow for a reason they share."""
+    off, loop, pin = (ev.get("loop_thread_off_cpu_us_per_step"), ev.get("loop_thread_cpu_us_per_step"),
+                      ev.get("pin_thread_cpu_us_per_step"))
+    if not off or loop is None or off < OFF_CPU_SHARE * (off + loop) or not pin or pin < off:
+        return FIX
+    return FIX + (f"\n# the loop's thread was on a CPU {loop / 1000:.1f} ms of the {(loop + off) / 1000:.1f} ms a "
+                  f"step it had work to issue, while the DataLoader's pinning thread ran {pin / 1000:.1f} ms a step "
+                  f"in this process (one interpreter lock): fewer batch bytes for that thread first")
