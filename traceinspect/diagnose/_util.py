@@ -42,20 +42,29 @@ def _positive(v) -> float | None:
 PIN_THREAD = "_pin_memory_loop"  # Python's name of the DataLoader's pinning thread ends in its target's name
 
 
+def _thread_cpu(ra) -> tuple[dict, pd.Series] | None:
+    """The capture's thread times (``process_threads``) summed by role: ``{"loop", "pin"}`` CPU us over the first
+    window's recorded steps (None for a role not seen), and the mask of those steps. None without that record."""
+    threads = (ra.metadata or {}).get("process_threads")
+    rows = threads.get("threads") if isinstance(threads, dict) else None
+    s = ra.steps
+    if not isinstance(rows, list) or not len(s):
+        return None
+    rows = [r for r in rows if isinstance(r, dict) and _positive(r.get("cpu_us")) is not None]
+    loop = [r["cpu_us"] for r in rows if r.get("main") is True]
+    pin = [r["cpu_us"] for r in rows if PIN_THREAD in str(r.get("name", ""))]
+    first = s["window"] == s["window"].min() if "window" in s else pd.Series(True, index=s.index)
+    return {"loop": sum(loop) if loop else None, "pin": sum(pin) if pin else None}, first
+
+
 def pin_thread_us(ra) -> float | None:
     """CPU time of the DataLoader's pinning thread per batch over the first window's recorded steps, where the
     capture measured the process's threads (``process_threads``): its CPU time over the batches those steps drew."""
-    threads = (ra.metadata or {}).get("process_threads")
-    rows = threads.get("threads") if isinstance(threads, dict) else None
-    if not isinstance(rows, list):
+    got = _thread_cpu(ra)
+    if got is None or got[0]["pin"] is None or "dataloader_count" not in ra.steps:
         return None
-    cpu = sum(_positive(r.get("cpu_us")) or 0.0 for r in rows
-              if isinstance(r, dict) and PIN_THREAD in str(r.get("name", "")))
-    s = ra.steps
-    if cpu <= 0 or "dataloader_count" not in s or not len(s):
-        return None
-    first = s["window"] == s["window"].min() if "window" in s else np.ones(len(s), bool)
-    batches = float(np.nansum(s.loc[first, "dataloader_count"].to_numpy(float)))
+    cpu, first = got[0]["pin"], got[1]
+    batches = float(np.nansum(ra.steps.loc[first, "dataloader_count"].to_numpy(float)))
     return cpu / batches if batches > 0 else None
 
 
@@ -86,14 +95,8 @@ def thread_cpu_per_step(ra) -> dict | None:
     """Where the capture timed the training process's threads (``process_threads``): CPU time per step of the
     loop's own thread and of the DataLoader's pinning thread over the first window's recorded steps
     (``{"loop_us", "pin_us"}``, a thread not seen is None). None without that record."""
-    threads = (ra.metadata or {}).get("process_threads")
-    rows = threads.get("threads") if isinstance(threads, dict) else None
-    s = ra.steps
-    if not isinstance(rows, list) or not len(s):
+    got = _thread_cpu(ra)
+    if got is None:
         return None
-    first = s["window"] == s["window"].min() if "window" in s else np.ones(len(s), bool)
-    n = int(np.sum(first))
-    rows = [r for r in rows if isinstance(r, dict) and _positive(r.get("cpu_us")) is not None]
-    loop = [r["cpu_us"] for r in rows if r.get("main") is True]
-    pin = [r["cpu_us"] for r in rows if PIN_THREAD in str(r.get("name", ""))]
-    return {"loop_us": sum(loop) / n if loop else None, "pin_us": sum(pin) / n if pin else None}
+    cpu, n = got[0], int(got[1].sum())
+    return {k + "_us": (v / n if v is not None and n else None) for k, v in cpu.items()}
