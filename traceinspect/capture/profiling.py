@@ -193,6 +193,12 @@ class Capture:
         if (now or not callable(preset)) and self._recording():
             self.profiler.add_metadata_json(METADATA_KEY, value)
 
+    def _window_ends(self) -> bool:
+        """Whether the coming ``profiler.step()`` ends the window being recorded (and writes its trace)."""
+        from torch.profiler import ProfilerAction
+
+        return getattr(self.profiler, "current_action", None) == ProfilerAction.RECORD_AND_SAVE
+
     def _recording(self) -> bool:
         from torch.profiler import ProfilerAction
 
@@ -256,8 +262,8 @@ class Capture:
                 self._clock.start()
 
     def _record_loader_timing(self) -> None:
-        """Put the workers' batch times and the process's thread times of this window so far into its metadata
-        (before the step that may end it)."""
+        """Put the workers' batch times and the process's thread times of this window into its metadata (at its
+        last step, before the step that writes it: reading them costs about a millisecond, so not every step)."""
         if self._rec_start is None or not self._recording():
             return
         changed = False
@@ -277,7 +283,8 @@ class Capture:
         if not self._running:
             raise CaptureError("prof.step() called outside the `with traceinspect.capture.profile(...)` block")
         self.steps += 1
-        self._record_loader_timing()
+        if self._window_ends():  # the timings go in once, before the step that writes the window
+            self._record_loader_timing()
         if self._starts_new_cycle():
             # each window goes to its own file on purpose; torch's "clears events at the end
             # of each cycle" warning would only confuse. Filtering only on these steps keeps
@@ -303,6 +310,8 @@ class Capture:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._running = False
+        if exc_type is None:
+            self._record_loader_timing()  # a window the loop's end cuts short is written on exit
         self.profiler.__exit__(exc_type, exc, tb)
         if exc_type is not None:
             return False  # never hide the training loop's own error behind ours

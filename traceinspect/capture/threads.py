@@ -29,7 +29,11 @@ def _cpu_ns() -> dict[int, int]:
         return out
     for t in tids:
         try:
-            out[int(t)] = int((_TASKS / t / "schedstat").read_text().split()[0])
+            fd = os.open(f"/proc/self/task/{t}/schedstat", os.O_RDONLY)
+            try:
+                out[int(t)] = int(os.read(fd, 64).split()[0])
+            finally:
+                os.close(fd)
         except (OSError, ValueError, IndexError):
             continue
     return out
