@@ -431,6 +431,11 @@ def test_the_loader_fix_starts_from_the_settings_and_names_what_set_the_pace():
     assert f"{ev['pin_thread_us_per_batch'] / 1000:.2f} ms of CPU a batch" in f["fix"]
     g = next(f for f in report(FIXTURES / "gpu_pairs" / "loader_starved")["findings"] if f["id"] == "dataloader-stall")
     assert "num_workers=8," in g["fix"] and "now 0" in g["fix"] and "pinning thread" not in g["fix"]
+    # gpu-idle whose main cause is the data wait (s3_big_fp32: dataloader-stall does not fire) gives the same fix,
+    # not the settings the run already has
+    i = next(f for f in report(FIXTURES / "gpu_pairs" / "s3_big_fp32")["findings"] if f["id"] == "gpu-idle")
+    assert i["evidence"]["per_rank"][0]["main_cause"] == "dataloader"
+    assert "num_workers=16,   # now 8" in i["fix"] and "pinning thread set the pace" in i["fix"]
 
 
 def test_launch_bound_says_when_the_loops_thread_waited_off_a_cpu():

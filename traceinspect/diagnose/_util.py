@@ -100,3 +100,34 @@ def thread_cpu_per_step(ra) -> dict | None:
         return None
     cpu, n = got[0], int(got[1].sum())
     return {k + "_us": (v / n if v is not None and n else None) for k, v in cpu.items()}
+
+
+def loader_evidence(ra) -> dict:
+    """What the capture timed of the rank's DataLoader, as evidence keys (none where it timed nothing)."""
+    bound = loader_bound(ra)
+    if bound is None:
+        return {}
+    return {"loader_period_us": bound["period_us"], "loader_limited_by": bound["limited_by"],
+            "workers_us_per_batch": bound["workers_us"], "pin_thread_us_per_batch": bound["pin_thread_us"]}
+
+
+def loader_fix(ev: dict) -> str:
+    """The loader fix for a rank, from its evidence (``dataloader_settings`` and ``loader_evidence``): more workers
+    than it has, the settings it lacks, and where its pinning thread (not its workers) set the pace, what that
+    thread handles."""
+    settings = ev.get("dataloader_settings") if isinstance(ev.get("dataloader_settings"), dict) else {}
+    now = settings.get("num_workers")
+    if isinstance(now, int) and not isinstance(now, bool) and now > 0:
+        workers = f"num_workers={2 * now},   # now {now}"
+    else:
+        workers = "num_workers=8,   # ~ CPU cores per GPU" + (" (now 0: batches made in the loop)" if now == 0 else "")
+    lines = [f"loader = DataLoader(dataset, batch_size=..., {workers}",
+             "                    persistent_workers=True, prefetch_factor=4, pin_memory=True)",
+             "# and keep __getitem__ cheap: decode / augment ahead of time or on the GPU"]
+    pin, work = ev.get("pin_thread_us_per_batch"), ev.get("workers_us_per_batch")
+    if ev.get("loader_limited_by") == "pinning thread" and pin:
+        than = f" against {work / 1000:.2f} ms for the workers" if work else ""
+        lines.append(f"# its pinning thread set the pace ({pin / 1000:.2f} ms of CPU a batch{than}): one thread of "
+                     f"the training process copies every batch byte; send fewer bytes (uint8 from the workers, "
+                     f"cast and normalize on the GPU)")
+    return "\n".join(lines)

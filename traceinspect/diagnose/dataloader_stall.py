@@ -35,17 +35,13 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import loader_bound, mean, severity_for, step_ids
+from ._util import loader_bound, loader_evidence, loader_fix, mean, severity_for, step_ids
 
 ID = "dataloader-stall"
 TITLE = "Training loop waits on the DataLoader"
 NEEDS = Needs(steps=("step", "wall_us", "dataloader_us"), gpu_steps=("idle_dataloader_us",))
 
-FIX = (
-    "loader = DataLoader(dataset, batch_size=..., num_workers=8,\n"
-    "                    persistent_workers=True, prefetch_factor=4, pin_memory=True)\n"
-    "# and keep __getitem__ cheap: decode / augment ahead of time or on the GPU"
-)
+# The GPU run's fix is made from the rank's recorded settings and loader timing (_util.loader_fix).
 # A CPU-only run has no device to copy to: pinned memory and GPU-side augmentation do not apply.
 FIX_CPU = (
     "loader = DataLoader(dataset, batch_size=..., num_workers=4,   # leave cores for the training processes\n"
@@ -82,12 +78,7 @@ def check(report, config) -> list[Finding]:
                 "dataloader_settings": (ra.metadata or {}).get("dataloader"),
             }
         )
-        bound = loader_bound(ra)  # where the capture timed the loader (its workers, its pinning thread)
-        if bound is not None:
-            per_rank[-1]["loader_period_us"] = bound["period_us"]
-            per_rank[-1]["loader_limited_by"] = bound["limited_by"]
-            per_rank[-1]["workers_us_per_batch"] = bound["workers_us"]
-            per_rank[-1]["pin_thread_us_per_batch"] = bound["pin_thread_us"]
+        per_rank[-1].update(loader_evidence(ra))  # where the capture timed the loader
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:
@@ -107,28 +98,8 @@ def check(report, config) -> list[Finding]:
                 "threshold_share_warning": config.dataloader_share_warning,
                 "threshold_share_critical": config.dataloader_share_critical,
             },
-            fix=FIX_CPU if cpu_only else fix_for(per_rank[0]),
+            fix=FIX_CPU if cpu_only else loader_fix(per_rank[0]),
             time_at_stake_us=us,
         )
     ]
 
-
-def fix_for(ev: dict) -> str:
-    """The loader fix for the rank the title names, from what its capture recorded: more workers than it has, the
-    settings it lacks, and where its pinning thread (not its workers) set the pace, what that thread handles."""
-    settings = ev.get("dataloader_settings") if isinstance(ev.get("dataloader_settings"), dict) else {}
-    now = settings.get("num_workers")
-    if isinstance(now, int) and not isinstance(now, bool) and now > 0:
-        workers = f"num_workers={2 * now},   # now {now}"
-    else:
-        workers = "num_workers=8,   # ~ CPU cores per GPU" + (" (now 0: batches made in the loop)" if now == 0 else "")
-    lines = [f"loader = DataLoader(dataset, batch_size=..., {workers}",
-             "                    persistent_workers=True, prefetch_factor=4, pin_memory=True)",
-             "# and keep __getitem__ cheap: decode / augment ahead of time or on the GPU"]
-    pin, work = ev.get("pin_thread_us_per_batch"), ev.get("workers_us_per_batch")
-    if ev.get("loader_limited_by") == "pinning thread" and pin:
-        than = f" against {work / 1000:.2f} ms for the workers" if work else ""
-        lines.append(f"# its pinning thread set the pace ({pin / 1000:.2f} ms of CPU a batch{than}): one thread of "
-                     f"the training process copies every batch byte; send fewer bytes (uint8 from the workers, "
-                     f"cast and normalize on the GPU)")
-    return "\n".join(lines)

@@ -16,7 +16,7 @@ at launch overhead), GPU busy time.
 
 **Fix**, by the largest cause:
 
-- data: see ``dataloader-stall`` (``num_workers``, ``persistent_workers``, ``pin_memory``);
+- data: ``dataloader-stall``'s fix, from the rank's recorded settings and loader timing (twice its workers);
 - syncs: see ``host-sync`` (no ``.item()`` / ``.cpu()`` inside the step);
 - CPU: larger batches per step, ``torch.compile(model)`` or CUDA graphs, fused / foreach optimizers, fewer small
   kernels (see ``launch-bound``).
@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from . import Needs
 from .finding import Finding
-from ._util import mean, severity_for, step_ids
+from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
 
 ID = "gpu-idle"
 TITLE = "GPU idle for a large share of the step"
 NEEDS = Needs(steps=("step", "wall_us"), gpu_steps=("bd_idle",))
 
-FIXES = {
-    "dataloader": "DataLoader(..., num_workers=8, persistent_workers=True, pin_memory=True)",
+FIXES = {  # data: dataloader-stall's, from the rank's recorded settings (_util.loader_fix)
     "sync": "avoid .item() / .cpu() / torch.cuda.synchronize() inside the step; log every N steps",
     "cpu": "model = torch.compile(model)  # fewer, larger kernels; or a larger batch per step / CUDA graphs",
 }
@@ -61,7 +60,7 @@ def check(report, config) -> list[Finding]:
         sev = severity_for(sh, config.gpu_idle_share_warning, config.gpu_idle_share_critical) or "warning"
         idle = mean(sel["bd_idle"])
         if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, idle, main)
+            worst = (sh, sev, ra.rank, idle, main, ra)
         per_rank.append(
             {
                 "rank": ra.rank,
@@ -79,7 +78,11 @@ def check(report, config) -> list[Finding]:
         steps.update(step_ids(s, mask))
     if not per_rank:
         return []
-    sh, sev, rank, idle, main = worst
+    sh, sev, rank, idle, main, wra = worst
+    if main == "dataloader":
+        fix = loader_fix({"dataloader_settings": (wra.metadata or {}).get("dataloader"), **loader_evidence(wra)})
+    else:
+        fix = FIXES[main]
     per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
     label = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
     return [
@@ -94,7 +97,7 @@ def check(report, config) -> list[Finding]:
                 "threshold_share_warning": config.gpu_idle_share_warning,
                 "threshold_share_critical": config.gpu_idle_share_critical,
             },
-            fix=FIXES[main],
+            fix=fix,
             time_at_stake_us=idle,
         )
     ]
