@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Config, DEFAULT
-from .events import rows_sharing_corr, runtime_mask, step_at
+from .events import LOADER_FETCH, name_mask, rows_sharing_corr, runtime_mask, starts_in, step_at
 from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
@@ -86,13 +86,6 @@ class CategoryView:
 
     def __len__(self) -> int:
         return len(self._codes)
-
-
-def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
-    """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
-    cats = ev["name"].cat.categories
-    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
-    return hit[ev["name"].cat.codes.to_numpy()]
 
 
 def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.DataFrame:
@@ -230,20 +223,17 @@ def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
     kind = ev["kind"].to_numpy()
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
-    dl = np.flatnonzero(name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")) & (kind <= int(Kind.USER_ANNOTATION)))
+    dl = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
     sync_rows = sync_call_rows(ev, gidx)
     cs = out["cpu_start_us"].to_numpy()
     ce = out["cpu_end_us"].to_numpy()
     # Unions per step window from one sweep each (a per-step scan would be quadratic on long traces).
     out["dataloader_us"] = build_timeline(ts[dl], end[dl], np.zeros(len(dl), int), 1).union_in(cs, ce)[0]
-    dst = np.sort(ts[dl])
-    out["dataloader_count"] = np.searchsorted(dst, ce, "left") - np.searchsorted(dst, cs, "left")
-    mp = dl[name_mask(ev, lambda s: "_MultiProcessingDataLoaderIter" in s)[dl]]
-    mst = np.sort(ts[mp])
-    out["dataloader_worker_count"] = np.searchsorted(mst, ce, "left") - np.searchsorted(mst, cs, "left")
+    out["dataloader_count"] = starts_in(ts[dl], cs, ce)
+    workers = dl[name_mask(ev, lambda s: "_MultiProcessingDataLoaderIter" in s)[dl]]
+    out["dataloader_worker_count"] = starts_in(ts[workers], cs, ce)
     out["sync_us"] = build_timeline(ts[sync_rows], end[sync_rows], np.zeros(len(sync_rows), int), 1).union_in(cs, ce)[0]
-    st = np.sort(ts[sync_rows])
-    out["sync_count"] = np.searchsorted(st, ce, "left") - np.searchsorted(st, cs, "left")
+    out["sync_count"] = starts_in(ts[sync_rows], cs, ce)
     out["cpu_step_us"] = ce - cs
     if len(gidx):
         _idle_causes(out, ts, end, gidx, dl, sync_rows)
@@ -278,7 +268,7 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
     end = ts + ev["dur"].to_numpy()
     is_step = name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
     masks = {
-        "dataloader": name_mask(ev, lambda s: s.startswith("enumerate(DataLoader)")),
+        "dataloader": name_mask(ev, lambda s: s.startswith(LOADER_FETCH)),
         "comm": name_mask(ev, lambda s: s.startswith(("gloo:", "nccl:", "c10d::", "record_param_comms"))),
         "optimizer": name_mask(ev, lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
         "backward": name_mask(ev, lambda s: s.startswith("autograd::engine::evaluate_function")),

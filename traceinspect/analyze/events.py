@@ -24,6 +24,23 @@ def linked_runtime_rows(ev: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(runtime_mask(ev) & (ev["corr"].to_numpy() >= 0))
 
 
+# The profiler's annotation of a DataLoader fetch: ``enumerate(DataLoader)#_...DataLoaderIter.__next__``.
+LOADER_FETCH = "enumerate(DataLoader)"
+
+
+def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
+    """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
+    cats = ev["name"].cat.categories
+    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
+    return hit[ev["name"].cat.codes.to_numpy()]
+
+
+def starts_in(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many of the times ``ts`` fall in each window [start, end)."""
+    t = np.sort(ts)
+    return np.searchsorted(t, ends, "left") - np.searchsorted(t, starts, "left")
+
+
 def rows_sharing_corr(ev: pd.DataFrame, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Those of ``rows`` whose (window, correlation) is the (window, correlation) of one of ``targets``."""
     win, corr = ev["window"].to_numpy(), ev["corr"].to_numpy()

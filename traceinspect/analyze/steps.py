@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .events import linked_runtime_rows, step_at
+from .events import LOADER_FETCH, linked_runtime_rows, name_mask, step_at
 from ..load.trace import Kind, RankTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -118,7 +118,6 @@ def find_steps(rank: RankTrace) -> Steps:
 STUB_SHARE = 0.1
 # ... and one shorter than this share that holds nothing but DataLoader fetches (the fetch that ended the loop).
 FETCH_STUB_SHARE = 0.5
-_LOADER_PREFIX = "enumerate(DataLoader)"
 
 
 def _drop_edge_stubs(t: pd.DataFrame, only_fetch=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -153,16 +152,11 @@ def _only_loader_fetch(ev: pd.DataFrame, tid: int, start: float, end: float) -> 
     ts = ev["ts"].to_numpy()
     te = ts + ev["dur"].to_numpy()
     inside = (ts >= start) & (te <= end) & (ev["tid"].to_numpy() == tid) & (ev["kind"].to_numpy() < int(Kind.KERNEL))
-    rows = np.flatnonzero(inside)
-    cats = np.asarray(ev["name"].cat.categories, dtype=object)
-    codes = ev["name"].cat.codes.to_numpy()[rows]
-    names = np.array([str(cats[c]) if c >= 0 else "" for c in codes], dtype=str) if len(rows) else np.empty(0, str)
-    step = np.char.startswith(names, "ProfilerStep#")
-    fetch = np.char.startswith(names, _LOADER_PREFIX)
+    fetch = inside & name_mask(ev, lambda s: s.startswith(LOADER_FETCH))
     if not fetch.any():
         return False
-    fs, fe = ts[rows][fetch], te[rows][fetch]
-    rest = rows[~step & ~fetch]
+    fs, fe = ts[fetch], te[fetch]
+    rest = np.flatnonzero(inside & ~fetch & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
     return all(((fs <= ts[r]) & (te[r] <= fe)).any() for r in rest)
 
 

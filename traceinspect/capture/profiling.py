@@ -261,13 +261,13 @@ class Capture:
             if self._clock is not None:
                 self._clock.start()
 
-    def _record_loader_timing(self) -> None:
+    def _record_timings(self) -> None:
         """Put the workers' batch times and the process's thread times of this window into its metadata (at its
         last step, before the step that writes it: reading them costs about a millisecond, so not every step)."""
         if self._rec_start is None or not self._recording():
             return
         changed = False
-        # the metadata is the job's keys over the capture's: only these keys change, nothing to rebuild per step
+        # the metadata is the job's keys over the capture's: only these keys change, nothing to rebuild
         if self._timer is not None and self._timer.installed:
             self._job["loader_timing"] = self.metadata["loader_timing"] = _json_safe(self._timer.stats(self._rec_start))
             changed = True
@@ -284,7 +284,7 @@ class Capture:
             raise CaptureError("prof.step() called outside the `with traceinspect.capture.profile(...)` block")
         self.steps += 1
         if self._window_ends():  # the timings go in once, before the step that writes the window
-            self._record_loader_timing()
+            self._record_timings()
         if self._starts_new_cycle():
             # each window goes to its own file on purpose; torch's "clears events at the end
             # of each cycle" warning would only confuse. Filtering only on these steps keeps
@@ -311,7 +311,7 @@ class Capture:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._running = False
         if exc_type is None:
-            self._record_loader_timing()  # a window the loop's end cuts short is written on exit
+            self._record_timings()  # a window the loop's end cuts short is written on exit
         self.profiler.__exit__(exc_type, exc, tb)
         if exc_type is not None:
             return False  # never hide the training loop's own error behind ours

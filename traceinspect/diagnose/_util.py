@@ -39,10 +39,15 @@ def _positive(v) -> float | None:
     return float(v)
 
 
+def first_window(s: pd.DataFrame) -> np.ndarray:
+    """The steps of a rank's first window: those the capture's per-window timings (its metadata) cover."""
+    return (s["window"] == s["window"].min()).to_numpy() if "window" in s else np.ones(len(s), bool)
+
+
 PIN_THREAD = "_pin_memory_loop"  # Python's name of the DataLoader's pinning thread ends in its target's name
 
 
-def _thread_cpu(ra) -> tuple[dict, pd.Series] | None:
+def _thread_cpu(ra) -> tuple[dict, np.ndarray] | None:
     """The capture's thread times (``process_threads``) summed by role: ``{"loop", "pin"}`` CPU us over the first
     window's recorded steps (None for a role not seen), and the mask of those steps. None without that record."""
     threads = (ra.metadata or {}).get("process_threads")
@@ -53,8 +58,7 @@ def _thread_cpu(ra) -> tuple[dict, pd.Series] | None:
     rows = [r for r in rows if isinstance(r, dict) and _positive(r.get("cpu_us")) is not None]
     loop = [r["cpu_us"] for r in rows if r.get("main") is True]
     pin = [r["cpu_us"] for r in rows if PIN_THREAD in str(r.get("name", ""))]
-    first = s["window"] == s["window"].min() if "window" in s else pd.Series(True, index=s.index)
-    return {"loop": sum(loop) if loop else None, "pin": sum(pin) if pin else None}, first
+    return {"loop": sum(loop) if loop else None, "pin": sum(pin) if pin else None}, first_window(s)
 
 
 def pin_thread_us(ra) -> float | None:
@@ -88,7 +92,6 @@ def loader_period_us(ra) -> float | None:
     """The least time a batch of the rank's DataLoader takes, where the capture measured it (``loader_bound``)."""
     b = loader_bound(ra)
     return b["period_us"] if b else None
-
 
 
 def thread_cpu_per_step(ra) -> dict | None:

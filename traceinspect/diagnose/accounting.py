@@ -26,9 +26,9 @@ claims take nothing of it, and where the loader's own finding claims the rank, w
 loader keeps up is kept apart (``after``), counted in the projection but not in the finding's own claim. bf16
 autocast's casts add CPU work, taken off the room of ``no-mixed-precision``.
 
-Where the capture probed the DataLoader (``loader_probe.period_us``: how often it delivers a batch with no training
-work), no fix but the loader's own can make a step shorter than that period: every other claim of a step shares
-``wall - period`` (the loader room); the dataloader-stall claim is the loader's own fix and is not bounded by it.
+No fix but the loader's own makes a step shorter than its batches take the DataLoader (``bounds.loader_floor``: the
+loader's period as the capture timed it, or an estimate for an untimed pinning thread): every other claim of a step
+shares ``wall - floor`` (the loader room); the dataloader-stall claim is the loader's own fix and is not bounded by it.
 """
 
 from __future__ import annotations
@@ -91,9 +91,7 @@ def real_steps(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-
-
-def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
+def _pools(ra, s: pd.DataFrame, config, floor: np.ndarray | None) -> dict[str, np.ndarray]:
     if ra.basis == "gpu":
         copy = sum(col(s, f"bd_{k}") for k in ("h2d_exposed", "d2h_exposed", "d2d_exposed", "memset_exposed"))
         pools = {"data": col(s, "idle_dataloader_us"), "sync": col(s, "idle_sync_us"),
@@ -101,9 +99,8 @@ def _pools(ra, s: pd.DataFrame, config) -> dict[str, np.ndarray]:
                  "compute": col(s, "bd_compute"), "room": gpu_room(s), PACED: paced(s, config)}
     else:
         pools = {k: col(s, "cpu_dataloader" if k == "data" else f"cpu_{k}") for k in CPU_POOLS}
-    floor = loader_floor(ra, s, config)
     if floor is not None:
-        pools[LOADER_ROOM] = np.clip(col(s, "wall_us") - floor[0], 0.0, None)
+        pools[LOADER_ROOM] = np.clip(col(s, "wall_us") - floor, 0.0, None)
     return pools
 
 
@@ -259,7 +256,7 @@ class _Ledger:
 
     walls: dict[int, np.ndarray]
     step_ids: dict[int, list[int]]
-    periods: dict[int, dict | None]  # what bounds each rank's steps by its DataLoader (loader_floor_evidence)
+    periods: dict[int, dict | None]  # what the rank's DataLoader floor rests on (bounds.loader_floor)
     claims: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # what each fix saves alone
     later: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # what it saves after the loader's fix
     cut: dict[int, dict[str, float]] = field(default_factory=dict)  # mean the loader room cut from a claim
@@ -274,11 +271,11 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
     ranks = {ra.rank: ra for ra in report.ranks}
     steps = {r: real_steps(ra.steps) for r, ra in ranks.items()}
-    left = {r: _pools(ra, steps[r], config) for r, ra in ranks.items()}
+    floors = {r: loader_floor(ra, steps[r], config) for r, ra in ranks.items()}  # (per-step floor, its evidence)
+    left = {r: _pools(ra, steps[r], config, floors[r][0] if floors[r] else None) for r, ra in ranks.items()}
     book = _Ledger(walls={r: col(s, "wall_us") for r, s in steps.items()},
                    step_ids={r: [int(st) for st in s["step"]] for r, s in steps.items()},
-                   periods={r: (fl[1] if (fl := loader_floor(ra, steps[r], config)) else None)
-                            for r, ra in ranks.items()})
+                   periods={r: fl[1] if fl else None for r, fl in floors.items()})
     for f in sorted(findings, key=_order_key):
         for r in _claim_ranks(f, report):
             if r not in ranks or not len(steps[r]):

@@ -45,11 +45,11 @@ def autocast_cpu_us(s: pd.DataFrame, config) -> np.ndarray:
     return config.autocast_casts_per_gemm * mm * fp32_share * per_launch
 
 
-def pinned_untimed(ra, s: pd.DataFrame) -> np.ndarray:
+def pinned_untimed(s: pd.DataFrame, bound: dict | None) -> np.ndarray:
     """Per step, the pinned host-to-device bytes of a loop fed by DataLoader workers whose pinning thread the
-    capture did not time (0 elsewhere): what that thread, which no trace shows, handled in the step."""
-    b = loader_bound(ra)
-    if (b is not None and b["pin_thread_us"] is not None) or "dataloader_worker_count" not in s \
+    capture did not time (``bound``: the rank's ``loader_bound``; 0 elsewhere): what that thread, which no trace
+    shows, handled in the step."""
+    if (bound is not None and bound["pin_thread_us"] is not None) or "dataloader_worker_count" not in s \
             or "pinned_h2d_bytes" not in s:
         return np.zeros(len(s))
     workers = np.nan_to_num(s["dataloader_worker_count"].to_numpy(float)) > 0
@@ -78,7 +78,7 @@ def loader_floor(ra, s: pd.DataFrame, config) -> tuple[np.ndarray, dict] | None:
         count = s["dataloader_count"].to_numpy(float) if "dataloader_count" in s else np.ones(len(s))
         found.append((np.maximum(np.nan_to_num(count), 1.0) * b["period_us"],
                       {"period_us": b["period_us"], "limited_by": b["limited_by"], "batches_per_step": batches}))
-    pinned = pinned_untimed(ra, s)
+    pinned = pinned_untimed(s, b)
     rate = pin_rate_gbps(s, pinned, config)
     if rate is not None:
         found.append((pinned / (rate * 1e3),  # bytes / (GB/s) -> us

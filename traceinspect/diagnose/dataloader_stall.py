@@ -35,7 +35,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import loader_bound, loader_evidence, loader_fix, mean, severity_for, step_ids
+from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
 
 ID = "dataloader-stall"
 TITLE = "Training loop waits on the DataLoader"
@@ -102,4 +102,3 @@ def check(report, config) -> list[Finding]:
             time_at_stake_us=us,
         )
     ]
-

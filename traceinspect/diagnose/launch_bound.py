@@ -44,7 +44,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
-from ._util import mean, severity_for, step_ids, thread_cpu_per_step
+from ._util import first_window, mean, severity_for, step_ids, thread_cpu_per_step
 
 ID = "launch-bound"
 TITLE = "The GPU waits on kernel launches"
@@ -118,8 +118,7 @@ def check(report, config) -> list[Finding]:
         })
         threads = thread_cpu_per_step(ra)  # where the capture timed the process's threads
         if threads is not None and threads["loop_us"] is not None:
-            first = (s["window"] == s["window"].min()).to_numpy() if "window" in s else np.ones(len(s), bool)
-            issue = mean(issue_us.clip(lower=0.0)[first])  # over the steps the thread times cover
+            issue = mean(issue_us.clip(lower=0.0)[first_window(s)])  # over the steps the thread times cover
             per_rank[-1]["loop_thread_cpu_us_per_step"] = threads["loop_us"]
             # at least this long the loop's thread was off a CPU while it had work to issue (its CPU time also
             # holds any spin inside syncs, so the difference is a lower bound)

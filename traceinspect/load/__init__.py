@@ -2,7 +2,8 @@
 
 ``discover`` finds the files, ``decode`` turns a file (or a piece of one) into typed columns (``columns`` makes
 the numpy columns of decoded events; ``prefetch`` starts a big file's pieces before the analysis stack is
-imported), ``reader`` puts the pieces together per rank, ``trace`` holds the types. ``traceinspect.load(path)`` calls :func:`reader.load`.
+imported), ``reader`` puts the pieces together per rank, ``trace`` holds the types. ``traceinspect.load(path)``
+calls :func:`reader.load`.
 """
 
 import sys

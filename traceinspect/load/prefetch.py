@@ -7,7 +7,8 @@ collects the pieces it finds started (``take``) instead of submitting them again
 way: the same ``decode_range`` on the same byte ranges.
 
 Only where the work is certain to be wanted: the local executor with several workers, one trace file (which the
-report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module imports only the standard library until it starts, so it costs nothing elsewhere.
+report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module
+imports only the standard library until it starts, so it costs nothing elsewhere.
 """
 
 from __future__ import annotations
