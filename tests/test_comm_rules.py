@@ -440,6 +440,35 @@ def test_cross_rank_works_on_the_ranks_present(capture):
     assert f.ranks == [2]
 
 
+def test_straggler_judged_by_the_waiting_it_causes_not_the_count(report):
+    """CONSTRUCTED from a real capture: rank 0 made last (by a hair past the latest arrival) at the two
+    broadcasts of step 1, as a loaded host's scheduler can make it. Rank 2 is then last at only half of the 4
+    matched collectives, below the 60 % a count needs, yet it still causes most of the waiting: the finding
+    stands on that share, and each rank's share is its caused wait over the sum of all ranks'."""
+    rep = report("slow_rank_4")
+    ranks = copy.deepcopy(rep.ranks)
+    skew = {(c["step"], c["ordinal"]): c["skew_us"] for c in rep.cross_rank["collectives"] if c["name"] == "broadcast"}
+    assert len(skew) == 2
+    r0 = next(r for r in ranks if r.rank == 0)
+    c = r0.tables["collectives"]
+    for i in np.flatnonzero(c["name"].str.contains("broadcast").to_numpy()):
+        order = int((c["name"].iloc[:i].str.contains("broadcast") & (c["step"].iloc[:i] == c["step"].iloc[i])).sum())
+        c.loc[c.index[i], "ts_us"] += skew[(int(c["step"].iloc[i]), order)] + 1.0
+    cr = cross_rank_analysis(ranks, NOCACHE)
+    per = {p["rank"]: p for p in cr["per_rank"]}
+    assert per[0]["last_count"] == 2 and per[2]["last_count"] == 2
+    total = sum(p["caused_wait_per_step_us"] for p in per.values())
+    for p in per.values():
+        assert p["caused_wait_share"] == pytest.approx(p["caused_wait_per_step_us"] / total, rel=1e-9)
+    s = cr["straggler"]
+    assert s["rank"] == 2 and s["last_share"] == 0.5 and s["caused_wait_share"] >= NOCACHE.straggler_min_last_share
+    edited = copy.copy(rep)
+    edited.cross_rank = cr
+    (f,) = straggler.check(edited, NOCACHE)
+    assert f.ranks == [2] and f.evidence["caused_wait_share"] == s["caused_wait_share"]
+    assert f.evidence["cause"]["metric"] == "dataloader_us"
+
+
 def test_cross_rank_matches_by_seq_when_present(report):
     """CONSTRUCTED from a real capture: Seq numbers added (as newer torch writes them), with rank 1's first
     collective renumbered so that only (pg, seq) and not the order can pair it."""

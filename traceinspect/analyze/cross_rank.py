@@ -217,6 +217,11 @@ def cross_rank_analysis(ranks, config=None) -> dict:
             "wait_per_step_us": _f(np.mean(own_wait)) if own_wait else 0.0,
             "wait_total_us": _f(np.sum(own_wait)) if own_wait else 0.0,
         })
+    # Each rank's share of all the waiting it and the others caused: a rank that is last only at collectives
+    # nobody waited long for (a broadcast issued right after the one everybody waited at) is not the straggler.
+    total_caused = sum(p["caused_wait_per_step_us"] or 0.0 for p in per_rank)
+    for p in per_rank:
+        p["caused_wait_share"] = _f((p["caused_wait_per_step_us"] or 0.0) / total_caused) if total_caused > 0 else None
     result["per_rank"] = per_rank
 
     per_step = []
@@ -227,16 +232,18 @@ def cross_rank_analysis(ranks, config=None) -> dict:
                          "wait_us_by_rank": [{"rank": w["rank"], "wait_us": _f(w["wait_us"])} for w in ws]})
     result["per_step"] = per_step
 
-    # The straggler: the rank most often last; the cause: its largest per-step excess over the others.
+    # The straggler: the rank whose lateness made the others wait longest (the rank most often last where no
+    # waiting is measured); the cause: its largest per-step excess over the others.
     if n_matched:
-        top = max(per_rank, key=lambda p: (p["last_count"], p["caused_wait_per_step_us"] or 0.0))
+        top = max(per_rank, key=lambda p: (p["caused_wait_per_step_us"] or 0.0, p["last_count"]))
         r = top["rank"]
         cause, candidates = _cause(ranks, r)
         caused = top["caused_wait_per_step_us"] or 0.0
         result["straggler"] = {
             "rank": r, "last_count": top["last_count"], "matched": n_matched, "last_share": top["last_share"],
             "mean_skew_us": top["mean_skew_us"], "max_skew_us": top["max_skew_us"],
-            "caused_wait_per_step_us": caused, "step_wall_us": _f(mean_wall),
+            "caused_wait_per_step_us": caused, "caused_wait_share": top["caused_wait_share"],
+            "step_wall_us": _f(mean_wall),
             "skew_share": _f(caused / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
             "mean_skew_share": _f(top["mean_skew_us"] / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
             "cause": cause, "candidates": candidates,

@@ -4,8 +4,11 @@
 rank that arrived last (latest start of its NCCL kernel / gloo work, or latest CPU issue where there is no
 execution record), and the time the other ranks spent waiting inside the collective for it.
 
-**Condition**: one rank is last in at least ``straggler_min_last_share`` (60 %) of the matched collectives
-(ranks that take turns being last are noise, not a straggler), and the waiting it causes, net of the waiting
+**Condition**: one rank is last in at least ``straggler_min_last_share`` (60 %) of the matched collectives, or
+causes at least that share of all the waiting the ranks cause one another (``caused_wait_share``: being last at a
+collective nobody waited long for, e.g. a broadcast issued right after the one everybody waited at, is arrival
+jitter, and with few collectives the count alone turns on it); ranks that take turns being last are noise, not a
+straggler. And the waiting it causes, net of the waiting
 the other ranks cause (mutual waiting cancels out), is at least ``straggler_min_skew_us`` (500 us) per step and
 at least ``straggler_skew_share_warning`` (5 %) of the step (*critical* at ``straggler_skew_share_critical``,
 20 %). Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work
@@ -98,7 +101,7 @@ def check(report, config) -> list[Finding]:
     net = (s.get("caused_wait_per_step_us") or 0.0) - others_caused
     wall = s.get("step_wall_us") or 0.0
     share = net / wall if wall > 0 else 0.0
-    if (s.get("last_share") or 0.0) < min_last or net < min_us or share < warn:
+    if max(s.get("last_share") or 0.0, s.get("caused_wait_share") or 0.0) < min_last or net < min_us or share < warn:
         return []
     steps = sorted({int(c["step"]) for c in cr.get("collectives", []) if c.get("last_rank") == r})
     nsteps = len({int(c["step"]) for c in cr.get("collectives", [])})
@@ -130,6 +133,7 @@ def check(report, config) -> list[Finding]:
             "last_count": s["last_count"],
             "matched_collectives": s["matched"],
             "last_share": s.get("last_share"),
+            "caused_wait_share": s.get("caused_wait_share"),
             "mean_skew_us": s.get("mean_skew_us"),
             "mean_skew_share": s.get("mean_skew_share"),
             "max_skew_us": s.get("max_skew_us"),
