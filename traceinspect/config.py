@@ -86,7 +86,8 @@ class Config:
     straggler_min_skew_us: float = 500.0
     # Critical when the skew the straggler causes is this share of the step.
     straggler_skew_share_critical: float = 0.20
-    # The same rank must arrive last at this share of collectives: below it, ranks taking turns is noise.
+    # The same rank must arrive last at this share of collectives, or cause this share of all the waiting:
+    # below both, ranks taking turns is noise.
     straggler_min_last_share: float = 0.6
 
     # --- no-mixed-precision -----------------------------------------------------------------------------------
