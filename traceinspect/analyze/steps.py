@@ -18,6 +18,7 @@ labelled (``Steps.backlog``) and left out of every step's numbers, so the first 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -72,7 +73,8 @@ def find_steps(rank: RankTrace) -> Steps:
         t = t.sort_values(["step", "cpu_start"]).groupby("step", as_index=False).agg(
             window=("window", "first"), cpu_start=("cpu_start", "min"), cpu_end=("cpu_end", "max"),
             synthetic=("synthetic", "first"))
-        t, partial = _drop_edge_stubs(t, lambda a, b: _only_loader_fetch(ev, main_tid, a, b))
+        rows = functools.cache(lambda: _thread_fetch_rows(ev, main_tid))  # once, and only if a step may be a stub
+        t, partial = _drop_edge_stubs(t, lambda a, b: _holds_only_fetches(*rows(), a, b))
     else:
         # No ProfilerStep: each window is one step spanning its events.
         g = ev.assign(end=ev["ts"] + ev["dur"]).groupby("window")
@@ -149,15 +151,26 @@ def _drop_edge_stubs(t: pd.DataFrame, only_fetch=None) -> tuple[pd.DataFrame, pd
 def _only_loader_fetch(ev: pd.DataFrame, tid: int, start: float, end: float) -> bool:
     """True when every CPU event of thread ``tid`` in [start, end], other than the step itself, lies inside a
     DataLoader fetch (``enumerate(DataLoader)...``), and at least one fetch is there; no GPU launch either."""
+    return _holds_only_fetches(*_thread_fetch_rows(ev, tid), start, end)
+
+
+def _thread_fetch_rows(ev: pd.DataFrame, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and is-a-fetch of thread ``tid``'s CPU events other than ``ProfilerStep#``."""
     ts = ev["ts"].to_numpy()
     te = ts + ev["dur"].to_numpy()
-    inside = (ts >= start) & (te <= end) & (ev["tid"].to_numpy() == tid) & (ev["kind"].to_numpy() < int(Kind.KERNEL))
-    fetch = inside & name_mask(ev, lambda s: s.startswith(LOADER_FETCH))
+    mine = (ev["tid"].to_numpy() == tid) & (ev["kind"].to_numpy() < int(Kind.KERNEL))
+    fetch = name_mask(ev, lambda s: s.startswith(LOADER_FETCH))
+    rows = np.flatnonzero(mine & (fetch | ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))))
+    return ts[rows], te[rows], fetch[rows]
+
+
+def _holds_only_fetches(ts: np.ndarray, te: np.ndarray, is_fetch: np.ndarray, start: float, end: float) -> bool:
+    inside = (ts >= start) & (te <= end)
+    fetch = inside & is_fetch
     if not fetch.any():
         return False
     fs, fe = ts[fetch], te[fetch]
-    rest = np.flatnonzero(inside & ~fetch & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
-    return all(((fs <= ts[r]) & (te[r] <= fe)).any() for r in rest)
+    return all(((fs <= ts[r]) & (te[r] <= fe)).any() for r in np.flatnonzero(inside & ~is_fetch))
 
 
 def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,

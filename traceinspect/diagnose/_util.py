@@ -106,12 +106,14 @@ def thread_cpu_per_step(ra) -> dict | None:
 
 
 def loader_evidence(ra) -> dict:
-    """What the capture timed of the rank's DataLoader, as evidence keys (none where it timed nothing)."""
+    """The rank's DataLoader as evidence keys (what ``loader_fix`` reads): the settings the capture recorded
+    (``dataloader_settings``, None where it recorded none) and what it timed of the loader (no keys where nothing)."""
+    out = {"dataloader_settings": (ra.metadata or {}).get("dataloader")}
     bound = loader_bound(ra)
-    if bound is None:
-        return {}
-    return {"loader_period_us": bound["period_us"], "loader_limited_by": bound["limited_by"],
-            "workers_us_per_batch": bound["workers_us"], "pin_thread_us_per_batch": bound["pin_thread_us"]}
+    if bound is not None:
+        out.update({"loader_period_us": bound["period_us"], "loader_limited_by": bound["limited_by"],
+                    "workers_us_per_batch": bound["workers_us"], "pin_thread_us_per_batch": bound["pin_thread_us"]})
+    return out
 
 
 def loader_fix(ev: dict) -> str:

@@ -75,10 +75,9 @@ def check(report, config) -> list[Finding]:
                 "dataloader_us_per_step": mean(sel["dataloader_us"]),
                 "share_of_step": sh,
                 "gpu_idle_during_wait_us_per_step": mean(sel["idle_dataloader_us"]) if "idle_dataloader_us" in sel else None,
-                "dataloader_settings": (ra.metadata or {}).get("dataloader"),
+                **loader_evidence(ra),  # its settings, and its timing where the capture timed it
             }
         )
-        per_rank[-1].update(loader_evidence(ra))  # where the capture timed the loader
         ranks.append(ra.rank)
         steps.update(step_ids(s, mask))
     if not per_rank:

@@ -80,7 +80,7 @@ def check(report, config) -> list[Finding]:
         return []
     sh, sev, rank, idle, main, wra = worst
     if main == "dataloader":
-        fix = loader_fix({"dataloader_settings": (wra.metadata or {}).get("dataloader"), **loader_evidence(wra)})
+        fix = loader_fix(loader_evidence(wra))
     else:
         fix = FIXES[main]
     per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
