@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.config import Config
 from traceinspect.load.reader import load
 

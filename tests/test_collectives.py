@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from traceinspect.analyze.rank import analyze_rank
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.analyze.buckets import _period
 from traceinspect.analyze.collectives import busbw_factor, dtype_bytes, kernel_collective, normalize_collective
 from traceinspect.config import Config

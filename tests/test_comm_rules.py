@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.config import Config
 from traceinspect.analyze.cross_rank import cross_rank_analysis
 from traceinspect.load.reader import load

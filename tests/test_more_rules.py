@@ -16,6 +16,7 @@ Tests marked CONSTRUCTED edit one field of a real analysis to pin a gate.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 
@@ -45,10 +46,9 @@ def finding(rep, rule_id):
 
 
 def rerun(rep, edit):
-    """CONSTRUCTED: the rules again, over a copy of the real per-rank analyses after ``edit(ra)``."""
-    ranks = copy.deepcopy(rep.ranks)
-    for ra in ranks:
-        edit(ra)
+    """CONSTRUCTED: the rules again, over a copy of the real per-rank analyses after ``edit(ra)`` (which edits a
+    table in place or returns the changed record)."""
+    ranks = [edit(ra) or ra for ra in copy.deepcopy(rep.ranks)]
     return finish(rep.source, ranks, rep.skipped, rep.world_size, NOCACHE)
 
 
@@ -78,7 +78,7 @@ def test_no_mixed_precision_compute_capability_is_the_gate():
     """CONSTRUCTED: the real V100 analysis with the device's compute capability changed to 8.0 fires; the
     evidence is the V100's own fp32 GEMM time, recomputed here from the raw kernels (volta_sgemm, gemv...)."""
     need(DIFF_TEST)
-    rep = rerun(report(DIFF_TEST), lambda ra: setattr(ra, "compute_capability", (8, 0)))
+    rep = rerun(report(DIFF_TEST), lambda ra: dataclasses.replace(ra, compute_capability=(8, 0)))
     f = finding(rep, "no-mixed-precision")
     assert f is not None and f.severity == "warning"
     ev = raw_json(only_file(DIFF_TEST))["traceEvents"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.analyze.attribution import GPU_CATEGORIES
 from traceinspect.config import Config
 from traceinspect.analyze.intervals import build_timeline
@@ -305,7 +305,7 @@ def test_plots_leave_pyplot_alone(tmp_path):
     folder = synthetic_cpu_run(tmp_path / "syn")
     code = (
         "import sys\n"
-        "from traceinspect.load.reader import load\nfrom traceinspect.diagnose.engine import analyze\n"
+        "from traceinspect.load.reader import load\nfrom traceinspect.run.stages import analyze\n"
         "from traceinspect.config import Config\nfrom traceinspect.render.plots import write_plots\n"
         f"rep = analyze(load({str(folder)!r}, Config(use_cache=False, workers=1)))\n"
         f"write_plots(rep.to_dict(), rep, {str(tmp_path / 'o')!r})\n"

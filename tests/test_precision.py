@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.config import Config
 from traceinspect.load.reader import load
 from traceinspect.analyze.precision import classify_kernel, gemm_shape, op_dtype

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.config import Config
 from traceinspect.load.reader import load
 from traceinspect.analyze.utilization import FILL_CATEGORIES, summarize

@@ -10,27 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .errors import UsageError
-
-# top-level module -> what to install (an extra of traceinspect where there is one)
-INSTALL = {
-    "torch": "pip install 'traceinspect[capture]'",
-    "dask": "pip install 'traceinspect[dask]'",
-    "distributed": "pip install 'traceinspect[dask]'",
-    "tensorboard": "pip install 'traceinspect[tensorboard]'",
-    "nbclient": "pip install 'traceinspect[notebook]'",
-    "jsonschema": "pip install 'traceinspect[test]'",
-}
-
-
-class MissingDependency(UsageError):
-    """A module a command needs is not installed (exit 2, one line with the install command)."""
-
-    def __init__(self, module: str, purpose: str):
-        top = module.split(".")[0]
-        self.module = module
-        super().__init__(f"{purpose} needs {top}, which is not installed: "
-                         f"{INSTALL.get(top, f'pip install {top}')}")
+from .errors import INSTALL, MissingDependency  # noqa: F401  (re-exported: their old home)
 
 
 def import_optional(module: str, purpose: str) -> ModuleType:

@@ -1,7 +1,10 @@
-"""A big rank's analyses side by side (the base tables and the first extension here, the other extensions in forked
-workers) give exactly the one-process RankAnalysis: the same tables in the same order, the same step columns."""
+"""A big rank's analyses side by side (the base tables and the first analysis here, the other analyses in forked
+workers: ``run/services.py``'s fan-out) give exactly the one-process RankAnalysis: the same tables in the same
+order, the same step columns."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import pytest
@@ -9,25 +12,33 @@ import pytest
 from traceinspect.analyze import rank as R
 from traceinspect.config import Config
 from traceinspect.load.reader import load
-from traceinspect.run import pool as pool_module
+from traceinspect.run import pool as pool_module, services
 from traceinspect.run.pool import can_fork
 
 from public_traces import DIFF_CONTROL, need
 
 
-@pytest.mark.skipif(not can_fork(), reason="side-by-side extensions need fork")
+@pytest.mark.skipif(not can_fork(), reason="side-by-side analyses need fork")
 def test_side_by_side_equals_one_process(monkeypatch):
     trace = load(need(DIFF_CONTROL), Config(use_cache=False, workers=1))
     rk = trace.ranks[0]
     one = R.analyze_rank(rk, Config(use_cache=False, workers=1))
-    monkeypatch.setattr(R, "PARALLEL_MIN_EVENTS", 0)  # this capture is smaller than the threshold
+    monkeypatch.setattr(services, "PARALLEL_MIN_EVENTS", 0)  # this capture is smaller than the threshold
     pools = []
     real = pool_module.process_pool
     monkeypatch.setattr(pool_module, "process_pool", lambda *a, **k: pools.append(a) or real(*a, **k))
-    two = R.analyze_rank(rk, Config(use_cache=False, workers=2))
+    config = Config(use_cache=False, workers=2)
+    two = R.analyze_rank(rk, config, services.rank_fan_out(config))
     assert pools  # the side-by-side path ran
     assert list(two.tables) == list(one.tables) and len(one.tables) > 6
     for name, table in one.tables.items():
         pd.testing.assert_frame_equal(two.tables[name], table, check_exact=True)
     pd.testing.assert_frame_equal(two.steps, one.steps, check_exact=True)
     assert two.errors == one.errors == []
+
+
+def test_the_rank_analysis_is_frozen():
+    trace = load(need(DIFF_CONTROL), Config(use_cache=False, workers=1))
+    ra = R.analyze_rank(trace.ranks[0], Config(use_cache=False, workers=1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ra.steps = ra.steps.head(1)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from traceinspect.config import Config
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.load.reader import load
 
 ROOT = Path(__file__).resolve().parents[2]

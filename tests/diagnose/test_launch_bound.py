@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from _real import CFG, PAIRS, raw_files, steps_of
-from traceinspect.diagnose.engine import analyze
+from traceinspect.run.stages import analyze
 from traceinspect.load.reader import load
 
 GRAPH = PAIRS / "graph_replay"

@@ -14,6 +14,7 @@ import traceinspect.load.decode as dec
 from traceinspect.config import Config
 from traceinspect.load import prefetch
 from traceinspect.load.reader import decode_file
+from traceinspect.run import services
 from traceinspect.run import report_folder
 
 from public_traces import DIFF_CONTROL, need, only_file
@@ -46,6 +47,11 @@ def takes(monkeypatch):
     return seen
 
 
+def _started(path, cfg):
+    """``prefetch.started`` with the run's workers and cache handed in, as the report does (run/__init__.py)."""
+    return prefetch.started(path, cfg, services.workers(cfg), services.column_cache(cfg))
+
+
 def _report(path, workers):
     cfg = Config(use_cache=False, workers=workers)
     return json.dumps(report_folder(path, cfg).to_dict(), sort_keys=True)
@@ -63,7 +69,7 @@ def test_prefetched_report_equals_the_one_process_report(plain, takes):
 
 def test_started_columns_equal_the_file_decoded_here(plain):
     here = decode_file(str(plain)).columns
-    with prefetch.started(plain.parent, Config(use_cache=False, workers=2)):
+    with _started(plain.parent, Config(use_cache=False, workers=2)):
         assert str(os.path.realpath(plain)) in prefetch._STARTED
         there = decode_file(str(plain)).columns
     assert set(there) == set(here)
@@ -75,7 +81,7 @@ def test_started_columns_equal_the_file_decoded_here(plain):
 
 
 def test_a_file_changed_since_the_start_is_decoded_again(plain, takes):
-    with prefetch.started(plain.parent, Config(use_cache=False, workers=2)):
+    with _started(plain.parent, Config(use_cache=False, workers=2)):
         st = plain.stat()
         os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         cols = decode_file(str(plain)).columns
@@ -84,7 +90,7 @@ def test_a_file_changed_since_the_start_is_decoded_again(plain, takes):
 
 
 def test_a_forked_child_never_waits_on_the_parents_pieces(plain, monkeypatch):
-    with prefetch.started(plain.parent, Config(use_cache=False, workers=2)):
+    with _started(plain.parent, Config(use_cache=False, workers=2)):
         real_pid = os.getpid()
         monkeypatch.setattr(prefetch.os, "getpid", lambda: real_pid + 1)
         try:
@@ -110,5 +116,5 @@ def test_nothing_is_started_where_the_report_would_not_cut_the_file(plain, tmp_p
         cfg = Config(workers=2, cache_dir=str(tmp_path / "cache"))
     else:
         cfg = Config(use_cache=False, workers=2, executor="dask")
-    with prefetch.started(plain.parent, cfg):
+    with _started(plain.parent, cfg):
         assert not prefetch._STARTED and not prefetch._POOL

@@ -80,7 +80,7 @@ def test_runs_copied_into_one_folder_are_told_apart(chosen, flat):
         for i, src in enumerate(chosen):
             dst = Path(d) if flat else Path(d) / f"sub{i}"
             expected.append(sorted(p.name for p in copy_run(src, dst, prefix=f"{i}_")))
-        plan, bad = plan_folder(find_trace_files(d), NOCACHE)
+        plan, bad = plan_folder(find_trace_files(d))
         assert not bad and not plan.skipped
         got = sorted(sorted(Path(f).name for f in r.files) for r in plan.runs)
         assert got == sorted(expected)

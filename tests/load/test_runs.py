@@ -19,7 +19,7 @@ NOCACHE = Config(use_cache=False, workers=1)
 
 
 def plan_of(folder: Path):
-    plan, bad = plan_folder(find_trace_files(folder), NOCACHE)
+    plan, bad = plan_folder(find_trace_files(folder))
     assert not bad
     return plan
 

@@ -4,7 +4,7 @@ DDP all-reduces gradients in buckets while the backward pass runs, so one backwa
 buckets (a step syncing every micro-batch has one round per micro-batch). This module finds the backward passes
 in the CPU ops, marks which rows of the collectives table are gradient buckets and of which round (its ``phase``,
 ``pass_``, ``grad``, ``round``, ``bucket`` columns), and computes the per-step bucket, round and tail columns.
-``collectives.extend_rank`` calls it; it works on the table's columns and computes no names, sizes or
+``collectives.rank_part`` calls it; it works on the table's columns and computes no names, sizes or
 bandwidths of its own. Definitions of every number: docs/communication.md. Nothing here imports torch.
 """
 

@@ -1,7 +1,7 @@
 """The collectives of one rank: what was communicated, when it was issued, how long it ran, at what bandwidth.
 
-``extend_rank`` (called by ``analyze_rank``) adds ``ra.tables["collectives"]`` (one row per collective),
-``ra.tables["backward_passes"]`` and the per-step communication columns of ``ra.steps``. This module builds the
+``rank_part`` (run by ``analyze_rank``) makes the tables ``collectives`` (one row per collective) and
+``backward_passes``, and the per-step communication columns of the rank's step table. This module builds the
 table (sources, joins to kernels, sizes, bandwidth) and the per-step totals; DDP's structure in it (backward
 passes, gradient buckets, rounds, tails) is buckets.py's. Definitions of every number: docs/communication.md.
 
@@ -37,6 +37,7 @@ from .links import launch_calls
 from .nesting import _enclosing, _frame, _nested
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
+from .results import RankPart
 
 COLUMNS = [
     "step", "name", "pg", "bytes", "nelems", "dtype", "group_size", "seq", "cpu_ts_us", "cpu_dur_us", "tid",
@@ -358,9 +359,8 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def extend_rank(rank: RankTrace, steps, ra, config: Config = DEFAULT) -> None:
-    """Add ``ra.tables["collectives"]``, ``ra.tables["backward_passes"]`` and the per-step communication columns
-    to ``ra.steps``."""
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config = DEFAULT) -> RankPart:
+    """The tables ``collectives`` and ``backward_passes``, and the per-step communication columns."""
     passes = backward_passes(rank, steps)
     coll = collectives_table(rank, steps, passes)
     table = coll.reindex(columns=COLUMNS) if len(coll) else _empty_table()
@@ -368,9 +368,7 @@ def extend_rank(rank: RankTrace, steps, ra, config: Config = DEFAULT) -> None:
         for c in ("bytes", "nelems", "group_size", "seq", "step"):
             table[c] = table[c].astype(np.int64)
         table["grad"] = table["grad"].astype(bool)
-    ra.tables["collectives"] = table
-    ra.tables["backward_passes"] = passes.assign(
-        step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])
-    cols = step_columns(coll, ra.steps, rank, steps, passes, config)
-    for c in cols.columns:
-        ra.steps[c] = cols[c].to_numpy()
+    tables = {"collectives": table, "backward_passes": passes.assign(
+        step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])}
+    cols = step_columns(coll, step_table, rank, steps, passes, config)
+    return RankPart(tables=tables, columns={c: cols[c].to_numpy() for c in cols.columns})

@@ -1,7 +1,7 @@
 """The optimizer and GradScaler work of each step: what ran inside ``Optimizer.step`` / ``zero_grad`` and the AMP
 ops, the facts the ``optimizer-not-fused`` and ``gradscaler-with-bf16`` rules read.
 
-``extend_rank`` (called by ``analyze_rank``) adds to ``ra.tables``:
+``rank_part`` (run by ``analyze_rank``) makes the tables:
 
 * ``amp_ops``: per step, GradScaler ops (count, CPU time, kernels they launched and their GPU time);
 * ``optimizer``: per step, ``Optimizer.step#*`` and ``Optimizer.zero_grad#*`` calls and what ran inside them: CPU
@@ -27,6 +27,7 @@ from .attribution import name_strings
 from .events import step_at
 from .links import launch_calls
 from ..load.trace import Kind, RankTrace
+from .results import RankPart
 
 GRADSCALER_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_",
                   "aten::_amp_non_finite_check_and_unscale_")
@@ -42,11 +43,10 @@ _FUSED_OPT_OP = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad|rmsprop|adade
 _MULTI_TENSOR = re.compile(r"multi_tensor_apply|fusedoptimizer|multitensor|fused_adam|fused_sgd", re.I)
 
 
-def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
-    """Add ``ra.tables["amp_ops"]`` and ``ra.tables["optimizer"]``."""
-    ra.tables["amp_ops"] = _amp_table(rank.events, steps)
-    ra.tables["optimizer"] = _optimizer_table(rank.events, steps)
-    ra.tables["fused_optimizer_ops"] = _fused_ops(rank.events, steps)
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None, config=None) -> RankPart:
+    """The tables ``amp_ops``, ``optimizer`` and ``fused_optimizer_ops``."""
+    return RankPart(tables={"amp_ops": _amp_table(rank.events, steps), "optimizer": _optimizer_table(rank.events, steps),
+                            "fused_optimizer_ops": _fused_ops(rank.events, steps)})
 
 
 def _fused_ops(ev: pd.DataFrame, steps) -> pd.DataFrame:

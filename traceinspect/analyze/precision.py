@@ -1,6 +1,6 @@
 """Which precision the matrix work of each step actually ran in, and the GEMM shapes the precision rules need.
 
-``extend_rank`` (called by ``analyze_rank``) adds to ``ra.tables``:
+``rank_part`` (run by ``analyze_rank``) makes the tables:
 
 * ``matmul``: per step, precision and family (``gemm``, ``conv``, ``attention``): kernel ``count``, ``total_us``;
 * ``matmul_kernels``: per matrix kernel name: precision, family, how it was decided (``source``), the op that
@@ -8,7 +8,7 @@
 * ``gemm_shapes`` (only with ``record_shapes``): per step and GEMM op shape: M, N, K, batch, precision, whether
   all of M, N, K are multiples of 8, count and kernel time;
 
-and to ``ra.steps``: ``matmul_count``, ``matmul_us`` and ``matmul_<p>_us`` for every precision class ``p``,
+and the step columns ``matmul_count``, ``matmul_us`` and ``matmul_<p>_us`` for every precision class ``p``,
 plus ``matmul_16bit_us`` (bf16 + fp16 + 16-bit kernels whose bf16/fp16 type could not be told apart).
 
 How a kernel's precision is decided is documented in docs/rules-precision.md (kernel-name table with sources).
@@ -32,6 +32,7 @@ import pandas as pd
 from .attribution import name_strings
 from .links import launching_ops
 from ..load.trace import Kind, RankTrace
+from .results import RankPart
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
 FAMILIES = ("gemm", "conv", "attention")
@@ -212,16 +213,14 @@ def gemm_shape(op: str, in_dims: str | None) -> tuple[int, int, int, int] | None
 
 
 # --------------------------------------------------------------------------------------------------------------
-# extend_rank
+# rank_part
 
 
-def extend_rank(rank: RankTrace, steps, ra, config=None) -> None:
-    """Add ``ra.tables["matmul"]``, ``["matmul_kernels"]``, ``["gemm_shapes"]`` and the ``matmul_*`` step columns."""
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config=None) -> RankPart:
+    """The tables ``matmul``, ``matmul_kernels``, ``gemm_shapes`` and the ``matmul_*`` step columns."""
     kt = _matrix_kernels(rank, steps)
-    ra.tables["matmul"] = _matmul_table(kt)
-    ra.tables["matmul_kernels"] = _kernel_table(kt)
-    ra.tables["gemm_shapes"] = _shape_table(kt)
-    _step_columns(ra, kt)
+    tables = {"matmul": _matmul_table(kt), "matmul_kernels": _kernel_table(kt), "gemm_shapes": _shape_table(kt)}
+    return RankPart(tables=tables, columns=_step_columns(step_table, kt))
 
 
 def _matrix_kernels(rank: RankTrace, steps) -> pd.DataFrame:
@@ -358,8 +357,8 @@ def _shape_table(kt: pd.DataFrame) -> pd.DataFrame:
     return out[SHAPE_COLUMNS]
 
 
-def _step_columns(ra, kt: pd.DataFrame) -> None:
-    steps = ra.steps["step"].to_numpy()
+def _step_columns(step_table: pd.DataFrame, kt: pd.DataFrame) -> dict[str, np.ndarray]:
+    steps = step_table["step"].to_numpy()
     by = {}
     if len(kt):
         piv = kt.pivot_table(index="step", columns="precision", values="dur", aggfunc="sum", fill_value=0.0)
@@ -368,12 +367,13 @@ def _step_columns(ra, kt: pd.DataFrame) -> None:
     else:
         counts = np.zeros(len(steps), np.int64)
     zero = np.zeros(len(steps))
-    ra.steps["matmul_count"] = counts.astype(np.int64)
+    out = {"matmul_count": counts.astype(np.int64)}
     total = zero.copy()
     for p in PRECISIONS:
         v = by.get(p, zero)
-        ra.steps[f"matmul_{p}_us"] = v
+        out[f"matmul_{p}_us"] = v
         total = total + v
     sixteen = by.get(SIXTEEN, zero)
-    ra.steps["matmul_us"] = total + sixteen
-    ra.steps["matmul_16bit_us"] = by.get("bf16", zero) + by.get("fp16", zero) + sixteen
+    out["matmul_us"] = total + sixteen
+    out["matmul_16bit_us"] = by.get("bf16", zero) + by.get("fp16", zero) + sixteen
+    return out

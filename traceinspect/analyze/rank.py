@@ -1,12 +1,15 @@
 """The per-rank stage: one rank's ``RankTrace`` -> ``RankAnalysis`` (independent per rank).
 
-The per-rank stage reduces a rank's events to small tables (``RankAnalysis``); nothing after it touches raw
-events. That is what lets the per-rank stage run anywhere (local processes or a Dask cluster).
+The per-rank stage reduces a rank's events to small tables (``RankAnalysis``, frozen: ``analyze/results.py``);
+nothing after it touches raw events. That is what lets the per-rank stage run anywhere (local processes or a Dask
+cluster). It starts no processes itself: a big rank's analyses run side by side where the caller's ``fan_out``
+puts them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,37 +21,30 @@ from .events import step_at
 from .links import enclosing_ops, launch_calls
 from .steps import find_steps
 from .timeline import step_timeline
-from ..load.trace import Kind, RankTrace, Skipped, Trace
+from ..load.trace import Kind, RankTrace, Trace
+from .results import RankAnalysis, RankPart
+
+__all__ = ["FanOut", "RankAnalysis", "RankPart", "analyze_rank", "analyze_ranks"]
 
 
-@dataclass
-class RankAnalysis:
-    """Everything the rules and renderers need about one rank, in raw units (us, bytes)."""
-
-    rank: int
-    world_size: int | None
-    files: list[str]
-    device: str | None
-    compute_capability: tuple[int, int] | None
-    basis: str  # "gpu": GPU timeline breakdown; "cpu": the training thread's breakdown (no GPU events)
-    steps: pd.DataFrame
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    metadata: dict = field(default_factory=dict)
-    distributed: dict = field(default_factory=dict)
-    base_ns: int = 0
-    event_count: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Per-rank stage
-
-
-def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
+def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | None = None) -> RankAnalysis:
+    """One rank's events -> its frozen ``RankAnalysis``: the base step table, then the base tables and every
+    per-rank analysis (``RANK_EXTENSIONS``) as parts, run by ``fan_out`` (handed in by ``run/``: side by side on
+    a big rank) or one after the other here; composed in order."""
     steps = find_steps(rank)
     table = attribute(rank, steps, config)
     basis = "gpu" if len(steps.gpu_index) else "cpu"
-    ra = RankAnalysis(
+    thunks = [partial(_base_part, rank, steps)]
+    thunks += [partial(_run_part, part, rank, steps, table, config) for part in _rank_parts()]
+    parts = fan_out(thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
+    tables: dict[str, pd.DataFrame] = {}
+    errors: list[str] = []
+    for p in parts:
+        tables.update(p.tables)
+        for c, v in p.columns.items():
+            table[c] = v
+        errors.extend(p.errors)
+    return RankAnalysis(
         rank=rank.rank,
         world_size=rank.world_size,
         files=rank.files,
@@ -56,17 +52,24 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT) -> RankAnalysis:
         compute_capability=rank.compute_capability,
         basis=basis,
         steps=table,
-        tables={},
+        tables=tables,
         metadata=rank.metadata,
         distributed=rank.distributed,
         base_ns=rank.base_ns,
         event_count=len(rank.events),
+        errors=errors,
     )
-    _run_extensions(rank, steps, ra, config)
-    return ra
 
 
-def _base_tables(rank: RankTrace, steps) -> dict[str, pd.DataFrame]:
+class FanOut(Protocol):
+    """Runs a rank's parts (each a call that never raises) and returns their results in the same order; where
+    they run is the caller's choice (``run/services.py`` forks workers for a big rank). ``events``: the rank's
+    event count."""
+
+    def __call__(self, parts: Sequence[Callable[[], RankPart]], events: int) -> list[RankPart]: ...
+
+
+def _base_part(rank: RankTrace, steps) -> RankPart:
     tables = {
         "kernels": kernel_summary(rank, steps),
         "cpu_ops": cpu_op_summary(rank, steps),
@@ -77,88 +80,44 @@ def _base_tables(rank: RankTrace, steps) -> dict[str, pd.DataFrame]:
     if steps.partial is not None:  # cut at a window's end: listed in the report, not counted as steps
         tables["partial_steps"] = steps.partial.assign(cpu_us=steps.partial["cpu_end"] - steps.partial["cpu_start"])[
             ["step", "window", "cpu_us"]]
-    return tables
+    return RankPart(tables=tables)
 
 
-# A rank this big runs its extensions on several cores (forked workers share its events copy-on-write).
-PARALLEL_MIN_EVENTS = 500_000
-
-
-def _run_extension(extend, rank, steps, ra, config) -> None:
+def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, config: Config) -> RankPart:
+    """One analysis' part; its failure is a line in the rank's errors (the rank's report stands without it)."""
     try:
-        extend(rank, steps, ra, config)
+        return part(rank, steps, table, config)
     except Exception as exc:  # one failing analysis must not take the rank's report down
-        ra.errors.append(f"{extend.__module__.rsplit('.', 1)[-1]} analysis failed on rank {ra.rank}: "
-                         f"{type(exc).__name__}: {exc}")
+        return RankPart(errors=(f"{part.__module__.rsplit('.', 1)[-1]} analysis failed on rank {rank.rank}: "
+                                f"{type(exc).__name__}: {exc}",))
 
 
-_FORKED: tuple | None = None  # (rank, steps, ra, config) seen by forked workers
-
-
-def _extension_in_child(i: int):
-    """Run extension ``i`` on a private copy of the rank's summary; return only what it added."""
-    rank, steps, ra, config = _FORKED
-    mine = RankAnalysis(**{**ra.__dict__, "steps": ra.steps.copy(), "tables": {}, "errors": []})
-    before = set(mine.steps.columns)
-    _run_extension(_rank_extensions()[i], rank, steps, mine, config)
-    cols = {c: mine.steps[c].to_numpy() for c in mine.steps.columns if c not in before}
-    return mine.tables, cols, mine.errors
-
-
-def _run_extensions(rank: RankTrace, steps, ra: RankAnalysis, config: Config) -> None:
-    """The base tables, then the per-rank extensions. These read only the base step table and the events, never
-    each other's output or the base tables, so on a big rank they run side by side: the base tables and the first
-    extension here, the other extensions in forked workers; the tables merge in that order."""
-    global _FORKED
-    exts = _rank_extensions()
-    from ..run.pool import can_fork, process_pool, worker_count
-
-    workers = worker_count(config)
-    if workers < 2 or len(exts) < 2 or len(rank.events) < PARALLEL_MIN_EVENTS or not can_fork():
-        ra.tables.update(_base_tables(rank, steps))
-        for extend in exts:
-            _run_extension(extend, rank, steps, ra, config)
-        return
-    _FORKED = (rank, steps, ra, config)
-    try:
-        with process_pool(min(workers - 1, len(exts) - 1), fork_only=True) as pool:
-            futures = [pool.submit(_extension_in_child, i) for i in range(1, len(exts))]
-            ra.tables.update(_base_tables(rank, steps))  # while the workers run the other extensions
-            _run_extension(exts[0], rank, steps, ra, config)
-            for fut in futures:
-                tables, cols, errors = fut.result()
-                ra.tables.update(tables)
-                for c, v in cols.items():
-                    ra.steps[c] = v
-                ra.errors.extend(errors)
-    finally:
-        _FORKED = None
-
-
-# Per-rank analyses that add tables / step columns, each a module with ``extend_rank(rank, steps, ra, config)``.
+# Per-rank analyses, each a module with ``rank_part(rank, steps, table, config) -> RankPart``. They read the
+# events and the base step table ``table`` (never each other's output, never changing ``table``), so they may run
+# side by side.
 RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
 
 
-def _rank_extensions():
-    """Every listed analysis; one that cannot be imported becomes a stand-in that raises, so ``_run_extension``
-    puts it in the rank's errors (never a silent skip) and the other analyses still run."""
+def _rank_parts():
+    """Every listed analysis; one that cannot be imported becomes a stand-in that raises, so ``_run_part`` puts
+    it in the rank's errors (never a silent skip) and the other analyses still run."""
     import importlib
 
     out = []
     for name in RANK_EXTENSIONS:
         try:
-            out.append(importlib.import_module(f"{__package__}.{name}").extend_rank)
+            out.append(importlib.import_module(f"{__package__}.{name}").rank_part)
         except Exception as exc:  # noqa: BLE001 - reported per rank, below
             out.append(_unavailable(name, exc))
     return out
 
 
 def _unavailable(name: str, exc: Exception):
-    def extend_rank(rank, steps, ra, config) -> None:
+    def rank_part(rank, steps, table, config) -> RankPart:
         raise ImportError(f"the {name} analysis cannot be loaded ({type(exc).__name__}: {exc})")
 
-    extend_rank.__module__ = f"{__package__}.{name}"
-    return extend_rank
+    rank_part.__module__ = f"{__package__}.{name}"
+    return rank_part
 
 
 def kernel_summary(rank: RankTrace, steps) -> pd.DataFrame:
@@ -294,5 +253,5 @@ def _enclosing_annotations(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def analyze_ranks(trace: Trace, config: Config = DEFAULT) -> list[RankAnalysis]:
-    return [analyze_rank(r, config) for r in trace.ranks]
+def analyze_ranks(trace: Trace, config: Config = DEFAULT, fan_out: FanOut | None = None) -> list[RankAnalysis]:
+    return [analyze_rank(r, config, fan_out) for r in trace.ranks]

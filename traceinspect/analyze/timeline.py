@@ -12,6 +12,9 @@ them out of a rank's trace:
 
 Columns: ``step, stream, start_us, end_us, category, name, pageable`` (times on the rank's clock, microseconds,
 like ``ra.steps`` ``start_us``/``end_us``). Sorted by stream, then start.
+
+``step_intervals`` turns that table into what the report's ``timeline`` carries: per category the instants the
+breakdown gives it, per stream the union of its events, the pageable copies (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import name_strings, GPU_CATEGORIES, gpu_category_codes
+from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
 
@@ -89,3 +93,68 @@ def step_timeline(rank_trace: RankTrace, steps: Steps, step_id: int | None = Non
         }
     )
     return out.sort_values(["stream", "start_us"], kind="stable").reset_index(drop=True)
+
+
+def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [s, e) as sorted, disjoint runs."""
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.empty(len(s), bool)
+    new[0] = True
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(e[idx[1:] - 1], e[-1])
+
+
+def _spans(s: np.ndarray, e: np.ndarray, t0: float) -> list[list[float]]:
+    """[[start, duration], ...] in microseconds since the step's start (nanosecond precision)."""
+    return [[round(float(a - t0), 3), round(float(b - a), 3)] for a, b in zip(s, e)]
+
+
+def step_intervals(tl: pd.DataFrame | None, step_table: pd.DataFrame) -> dict | None:
+    """The one step the timeline plot shows (``tl``: ``step_timeline``'s table, the median-wall step), as intervals.
+
+    ``breakdown``: per GPU category, the instants the step's breakdown gives that category (the highest-priority
+    category running, docs/metrics.md), so each list's durations add up to the step's ``breakdown_us`` entry;
+    ``streams``: per stream and category, the union of its events (``events`` counts them); ``pageable``: the
+    pageable host<->device copies. Times are microseconds since the step's start. None without GPU events.
+    """
+    if tl is None or not len(tl):
+        return None
+    step = int(tl["step"].iloc[0])
+    row = step_table[step_table["step"] == step]
+    if len(row):
+        t0, wall = float(row["start_us"].iloc[0]), float(row["wall_us"].iloc[0])
+    else:  # a step the step table does not have: framed by its own events
+        t0 = float(tl["start_us"].min())
+        wall = float(tl["end_us"].max()) - t0
+    start = tl["start_us"].to_numpy(float)
+    end = tl["end_us"].to_numpy(float)
+    codes = np.array([GPU_CATEGORIES.index(c) for c in tl["category"]], np.int64)
+    ex = build_timeline(start, end, codes, len(GPU_CATEGORIES))
+    gain = np.diff(ex.exclusive, axis=1) > 0  # segment i of the sweep belongs to the category whose time grew
+    breakdown = {}
+    for i, cat in enumerate(GPU_CATEGORIES):
+        if gain[i].any():
+            breakdown[cat] = _spans(*_merge(ex.t[:-1][gain[i]], ex.t[1:][gain[i]]), t0)
+    streams = []
+    for sid, g in tl.groupby("stream", sort=True):
+        lane = {"stream": int(sid), "events": {}, "intervals": {}}
+        for cat, gc in g.groupby("category", sort=False):
+            lane["events"][str(cat)] = int(len(gc))
+            lane["intervals"][str(cat)] = _spans(*_merge(gc["start_us"].to_numpy(float), gc["end_us"].to_numpy(float)), t0)
+        streams.append(lane)
+    pg = tl[tl["pageable"].astype(bool)]
+    return {
+        "step": step,
+        "start_us": t0,
+        "wall_us": wall,
+        "steps_in_rank": int(len(step_table)),
+        "breakdown": breakdown,
+        "streams": streams,
+        "pageable": _spans(pg["start_us"].to_numpy(float), pg["end_us"].to_numpy(float), t0),
+    }

@@ -23,7 +23,7 @@ last one is usually shorter (``partial``). nvidia-smi's own samples are not alig
 number jumps from one reading to the next: ``summary`` also gives the range of window values over four phase
 offsets of the grid. Definitions: docs/utilization.md.
 
-``extend_rank`` also adds the CPU launch columns ``launch_count`` / ``launch_call_us`` (number and summed
+``rank_part`` also makes the CPU launch columns ``launch_count`` / ``launch_call_us`` (number and summed
 duration of the kernel-launch runtime calls made inside each step's CPU window), ``graph_launch_count`` (of them,
 CUDA / HIP graph replays: one call runs every kernel of the graph), ``launch_gpu_median_us`` (median over the
 step's launch calls of the GPU time of the kernels each launched: a graph replay's is its whole graph's) and
@@ -42,6 +42,7 @@ from .events import rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
+from .results import RankPart
 
 FILL_CATEGORIES = ("copy", "dataloader", "sync", "other")
 COLUMNS = ["window", "window_start_us", "window_end_us", "partial", "util", "comm_only", *FILL_CATEGORIES]
@@ -57,25 +58,25 @@ LAUNCH_CALLS = frozenset({
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
-def extend_rank(rank: RankTrace, steps, ra, config: Config = DEFAULT) -> None:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None, config: Config = DEFAULT) -> RankPart:
+    """The tables ``utilization`` and ``utilization_summary``, the launch step columns and ``smi_util``."""
     window_us = float(config.util_window_us)
     ev = rank.events
-    _launch_columns(ev, steps, ra)
+    columns = _launch_columns(ev, steps)
     tl = _timeline(ev, steps)
     if tl is None:
-        ra.tables["utilization"] = pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS})
-        ra.tables["utilization_summary"] = pd.DataFrame()
-        ra.steps["smi_util"] = np.nan
-        return
+        columns["smi_util"] = np.full(len(steps.table), np.nan)
+        return RankPart(tables={"utilization": pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS}),
+                                "utilization_summary": pd.DataFrame()}, columns=columns)
     st = steps.table
     excl = tl.exclusive_in(st["start"].to_numpy(), st["end"].to_numpy())
     wall = (st["end"] - st["start"]).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        ra.steps["smi_util"] = np.where(wall > 0, (excl[0] + excl[1]) / wall, np.nan)
+        columns["smi_util"] = np.where(wall > 0, (excl[0] + excl[1]) / wall, np.nan)
     table = windows_table(tl, _spans(steps), window_us)
-    ra.tables["utilization"] = table
     s = summarize(table, window_us, tl=tl, spans=_spans(steps))
-    ra.tables["utilization_summary"] = pd.DataFrame([s]) if s else pd.DataFrame()
+    return RankPart(tables={"utilization": table, "utilization_summary": pd.DataFrame([s]) if s else pd.DataFrame()},
+                    columns=columns)
 
 
 def _timeline(ev: pd.DataFrame, steps):
@@ -215,7 +216,7 @@ def summary_text(s: dict) -> str:
     return head
 
 
-def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
+def _launch_columns(ev: pd.DataFrame, steps) -> dict[str, np.ndarray]:
     """Per step: number and summed duration of kernel-launch calls made inside the step's CPU window."""
     kind = ev["kind"].to_numpy()
     cats = ev["name"].cat.categories
@@ -247,11 +248,8 @@ def _launch_columns(ev: pd.DataFrame, steps, ra) -> None:
         is_graph = glut[ev["name"].cat.codes.to_numpy()[rows]]
         graphs = np.bincount(j[ok & is_graph], minlength=n)[:n].astype(np.int64)
         gpu_median, per_launch = _gpu_per_launch(ev, rows[ok], j[ok], k, n)
-    ra.steps["launch_count"] = count
-    ra.steps["launch_call_us"] = total
-    ra.steps["graph_launch_count"] = graphs
-    ra.steps["launch_gpu_median_us"] = gpu_median
-    ra.steps["kernels_per_launch"] = per_launch
+    return {"launch_count": count, "launch_call_us": total, "graph_launch_count": graphs,
+            "launch_gpu_median_us": gpu_median, "kernels_per_launch": per_launch}
 
 
 def _gpu_per_launch(ev: pd.DataFrame, rows: np.ndarray, step: np.ndarray, kernels: np.ndarray, n: int):

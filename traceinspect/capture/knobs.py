@@ -13,9 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-
-class KnobError(ValueError):
-    """A ``--set key=value`` that names no knob, has the wrong type, or an invalid value."""
+from ..errors import KnobError  # noqa: F401  (the error tree's; re-exported by workload)
 
 
 @dataclass

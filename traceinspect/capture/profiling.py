@@ -25,8 +25,8 @@ Why a wrapper and not plain ``torch.profiler.profile``:
   cannot be written (the torch handler only fails at the end of the window).
 
 This module imports torch lazily inside functions so that importing it (for
-``CaptureError`` or ``required_steps``) never needs torch; it imports nothing from
-the rest of traceinspect, so it runs on a machine that has only torch installed. What is recorded about the job
+``CaptureError`` or ``required_steps``) never needs torch; of the rest of traceinspect it imports only
+``errors.py`` (standard library only), so it runs on a machine that has only torch installed. What is recorded about the job
 (DataLoader, DDP, AMP, rank) is :mod:`~traceinspect.capture.metadata`'s, re-exported here.
 """
 

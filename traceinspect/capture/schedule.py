@@ -5,9 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-
-class CaptureError(ValueError):
-    """A capture was set up or used wrongly; the message is one line meant for the user."""
+from ..errors import CaptureError  # noqa: F401  (the error tree's; raised here, re-exported by profiling)
 
 
 # --------------------------------------------------------------------------- schedule

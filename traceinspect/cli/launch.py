@@ -18,16 +18,13 @@ from typing import Any, Callable, Iterable, Mapping
 import click
 
 from ..capture import profiling as _capture
+from ..errors import CaptureFailed  # noqa: F401  (re-exported for demo and capture)
 
 
 class CliError(click.ClickException):
     """A one-line user error: printed as ``Error: ...`` with exit code 2, never a traceback."""
 
     exit_code = 2
-
-
-class CaptureFailed(RuntimeError):
-    """The workload ran but did not produce the traces (message is one line, names the log)."""
 
 
 # --------------------------------------------------------------------------- launching

@@ -1,7 +1,8 @@
 """Per-rank summaries -> Report: the cross-rank stage, then every rule.
 
 Nothing here touches raw events: it runs on the ``RankAnalysis`` summaries the per-rank stage made, wherever that
-stage ran (local processes or a Dask cluster).
+stage ran (local processes or a Dask cluster). Running the stages and making the report's document are ``run/``'s
+(``run/stages.py``): this module hands on a ``Report`` and knows nothing of the document.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..analyze.rank import RankAnalysis, analyze_ranks
+from ..analyze.rank import RankAnalysis
 from ..config import Config, DEFAULT
-from ..load.trace import Skipped, Trace
+from ..load.trace import Skipped
 from .finding import Finding, severity_rank
 
 
@@ -29,6 +30,7 @@ class Report:
     errors: list[str] = field(default_factory=list)  # analyses or rules that failed; the rest of the report stands
     # Per-rank claims, projection and verdict (diagnose/accounting.py); empty when the accounting failed.
     accounting: dict = field(default_factory=dict)
+    runs: dict | None = None  # the runs, ranks and windows the loader found in the folder (docs/folders.md)
 
     # Python API conveniences -------------------------------------------------------------------------------
     @property
@@ -46,23 +48,17 @@ class Report:
         frames = [r.tables[name].assign(rank=r.rank) for r in self.ranks if name in r.tables]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    def to_dict(self) -> dict:
-        from ..report.build import report_to_dict
-
-        return report_to_dict(self)
-
-
 
 def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world_size: int | None,
-           config: Config = DEFAULT) -> Report:
-    """The cross-rank stage and the rules, on per-rank summaries only."""
+           config: Config = DEFAULT, runs: dict | None = None) -> Report:
+    """The cross-rank stage and the rules, on per-rank summaries only (``runs``: what the loader found)."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     skipped = list(skipped)
     ranks, world_size = _drop_other_runs(ranks, skipped, world_size)
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
     report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
-                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors])
+                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs)
     if len(ranks) > 1:
         from ..analyze.cross_rank import cross_rank_analysis
 
@@ -100,9 +96,3 @@ def _drop_other_runs(ranks: list[RankAnalysis], skipped: list[Skipped], world_si
             keep.append(r)
     return keep, majority
 
-
-def analyze(trace: Trace, config: Config = DEFAULT) -> Report:
-    """Analyze a loaded trace: per-rank stage, cross-rank stage, rules."""
-    report = finish(trace.source, analyze_ranks(trace, config), trace.skipped, trace.world_size, config)
-    report.runs = trace.runs  # which run of the folder this is (set by the loader)
-    return report

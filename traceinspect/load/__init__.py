@@ -2,21 +2,8 @@
 
 ``discover`` finds the files, ``decode`` turns a file (or a piece of one) into typed columns (``columns`` makes
 the numpy columns of decoded events; ``prefetch`` starts a big file's pieces before the analysis stack is
-imported), ``reader`` puts the pieces together per rank, ``trace`` holds the types. ``traceinspect.load(path)``
-calls :func:`reader.load`.
+imported), ``files`` decodes one file, ``assemble`` puts the pieces together per rank, ``reader`` plans a folder
+and runs them, ``trace`` holds the types. The worker processes and the column cache are handed in
+(``services``), never imported from ``run/``. ``traceinspect.load(path)`` calls :func:`reader.load` with the
+run's (``run/stages.py``).
 """
-
-import sys
-import types
-
-
-class _CallableStage(types.ModuleType):
-    """The package stays callable as the function it is named after (``traceinspect.load(path)``)."""
-
-    def __call__(self, *args, **kwargs):
-        from .reader import load
-
-        return load(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableStage

@@ -1,7 +1,8 @@
 """Decoding started before the analysis stack is imported, so that the two overlap.
 
 Importing pandas and the analyses takes about half a second, and a report of one big trace decodes it in worker
-processes that used to start only after that import. ``started(path, config)`` forks the workers first, hands them
+processes that used to start only after that import. ``started(path, config, workers, cache)`` starts the workers
+(handed in, ``load/services.py``) first, hands them
 the pieces of the files the report will cut into pieces, and the import runs meanwhile; ``decode_file`` then
 collects the pieces it finds started (``take``) instead of submitting them again. The columns are the same either
 way: the same ``decode_range`` on the same byte ranges.
@@ -15,16 +16,21 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from .services import ColumnCache, Workers
 
 _STARTED: dict[str, tuple[tuple[int, int], dict, list]] = {}  # real path -> ((size, mtime), plan, futures)
 _POOL: list = []  # [(the workers, the pid of the process that started them)] while they run
 
 
 @contextmanager
-def started(path, config) -> Iterator[None]:
-    """Within the block, the files ``path``'s report will decode in pieces are being decoded in worker processes."""
-    if _start(path, config):
+def started(path, config, workers: Workers | None = None, cache: ColumnCache | None = None) -> Iterator[None]:
+    """Within the block, the files ``path``'s report will decode in pieces are being decoded on ``workers`` (none
+    handed in: nothing starts); a file with columns in ``cache`` is read from there instead, so never started."""
+    if workers is not None and _start(path, config, workers, cache):
         try:
             yield
         finally:
@@ -67,16 +73,14 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _start(path, config) -> bool:
+def _start(path, config, workers: Workers, cache: ColumnCache | None) -> bool:
     """Start the workers and submit the pieces; False where nothing is certain to be wanted (or anything fails:
     the report then decodes as it would have, and says what went wrong itself)."""
     if config.executor != "local" or config.scheduler or _POOL:
         return False
     try:
-        from ..run.pool import can_fork, process_pool, worker_count
-
-        n = worker_count(config)
-        if n < 2 or not can_fork():
+        n = workers.count
+        if n < 2 or not workers.can_fork():
             return False
         from .decode import decode_range, plan_ranges
         from .discover import find_trace_files
@@ -84,7 +88,7 @@ def _start(path, config) -> bool:
         files = [str(f) for f in find_trace_files(path)]
         # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
         # every rank's columns would wait in memory while the first is analysed).
-        if len(files) != 1 or _cached(files, config):
+        if len(files) != 1 or (cache is not None and any(cache.has(Path(f)) for f in files)):
             return False
         plans = {f: plan_ranges(f) for f in files}
     except Exception:  # noqa: BLE001 - no usable files, a missing module...: the report finds out and says so
@@ -92,20 +96,10 @@ def _start(path, config) -> bool:
     plans = {f: p for f, p in plans.items() if p is not None}
     if not plans:
         return False
-    pool = process_pool(n)
+    pool = workers.pool(n)
     _POOL.append((pool, os.getpid()))
     for f, plan in plans.items():
         futures = [pool.submit(decode_range, f, a, b) for a, b in plan["ranges"]]
         _STARTED[os.path.realpath(f)] = (_stamp(f), plan, futures)
     return True
 
-
-def _cached(files: list[str], config) -> bool:
-    """Any of the files has cached columns (the report reads those instead of decoding)."""
-    if not config.use_cache:
-        return False
-    from pathlib import Path
-
-    from ..run import cache
-
-    return any(cache.has_columns(Path(f), config) for f in files)

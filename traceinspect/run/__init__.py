@@ -7,6 +7,9 @@
     result.to_dict()    # the same as plain dicts, what every renderer reads
     result.analysis     # the live analysis (DataFrames per rank: .steps, .table("kernels"), .findings)
 
+The stages below never import ``run/``: the worker processes and the column cache are handed in
+(``run/services.py``), the stages run in order in ``run/stages.py``.
+
 The whole report is cached (``run/cache.py``: user cache folder, data only), keyed before anything is read by
 every trace file's path, size and mtime, the settings and the code. A hit returns the document without importing
 numpy or pandas; ``result.analysis`` then runs the analysis on first use (its ranks come from the rank cache).
@@ -89,10 +92,10 @@ def report_folder(path: str | os.PathLike, config: Config = DEFAULT, observer: O
 
 
 def to_doc(live):
-    """A live ``Report`` -> its ``ReportDoc`` (build the dict field by field, then type it)."""
-    from ..report.doc import from_dict
+    """A live ``Report`` -> its ``ReportDoc`` (``run/stages.py``)."""
+    from .stages import to_doc as build
 
-    return from_dict(live.to_dict())
+    return build(live)
 
 
 # What analysing traces imports (a cached or saved report needs none of it).
@@ -102,8 +105,10 @@ ANALYSIS_STACK = ("numpy", "pandas", "pyarrow")
 def _analyze(path, config: Config, observer: Observer | None):
     from .._optional import require
     from ..load.prefetch import started
+    from . import services
 
-    with started(path, config):  # a big trace's pieces decode in workers while the analysis stack is imported
+    # A big trace's pieces decode in workers while the analysis stack is imported.
+    with started(path, config, services.workers(config), services.column_cache(config)):
         require(ANALYSIS_STACK, "analysing traces")
         return _analyze_with(path, config, observer)
 

@@ -17,9 +17,9 @@ import os
 from dataclasses import replace
 
 from ..config import DEFAULT, Config
-from ..diagnose.engine import Report
-from ..load.reader import ProgressFn
+from ..load.services import ProgressFn
 from . import Observer, report_folder
+from .stages import Report
 
 
 class _Progress(Observer):

@@ -203,7 +203,7 @@ def get(path: Path, config: Config):
     import numpy as np
 
     from ..load.decode import NUM_COLS, RAW_COLS, STR_COLS
-    from ..load.reader import FileResult
+    from ..load.files import FileResult
 
     try:
         key = _key(path)
@@ -281,7 +281,7 @@ def _rank_to_entry(ra) -> _RankEntry:
 
 
 def _rank_from_entry(e: _RankEntry):
-    from ..analyze.rank import RankAnalysis
+    from ..analyze.results import RankAnalysis
 
     fields = dict(e.fields)
     cc = fields.get("compute_capability")

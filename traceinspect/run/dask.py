@@ -13,12 +13,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..diagnose.engine import Report
 from ..config import Config, DEFAULT
 from ..errors import UsageError
-from ..load.reader import ProgressFn
+from ..load.services import ProgressFn
 from .local import done, plan, rank_task
 from .pool import worker_count
+from .stages import Report
 
 
 # How long to wait for a scheduler that does not answer: long enough for a busy cluster, short enough to be

@@ -12,13 +12,15 @@ from pathlib import Path
 
 from dataclasses import replace
 
-from . import cache as _cache
+from . import cache as _cache, services
 from ..analyze.rank import RankAnalysis, analyze_rank
-from ..diagnose.engine import Report, finish
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError
-from ..load.reader import ProgressFn, find_trace_files, group_by_rank, load
+from ..load.discover import find_trace_files
+from ..load.reader import group_by_rank
+from ..load.services import ProgressFn
 from .pool import process_pool, worker_count
+from .stages import Report, finish, load
 from ..load.trace import Skipped
 
 
@@ -34,7 +36,7 @@ def rank_task(files: list[str], config: Config, progress: ProgressFn | None = No
     if hit is not None:
         return hit
     trace = load(files, config, progress=progress, allow_empty=True, rank=rank)
-    result = ([analyze_rank(r, config) for r in trace.ranks], trace.skipped)
+    result = ([analyze_rank(r, config, services.rank_fan_out(config)) for r in trace.ranks], trace.skipped)
     _cache.put_rank_result(key, result, config)
     return result
 
@@ -51,16 +53,14 @@ def plan(path, config: Config, run: int | None = None, resolve: bool = False):
         raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
     if resolve:
         files = [f.resolve() for f in files]
-    return group_by_rank(files, config, run, str(path))
+    return group_by_rank(files, services.workers(config), run, str(path))
 
 
 def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: Config) -> Report:
     if not ranks:
         reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
         raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
-    report = finish(str(path), ranks, skipped, _world(ranks), config)
-    report.runs = runs
-    return report
+    return finish(str(path), ranks, skipped, _world(ranks), config, runs)
 
 
 def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,

@@ -1,0 +1,157 @@
+"""One trace file -> its columns (``FileResult``): cut into pieces at Kineto's event boundaries and decoded in the
+pool handed in (or here), or decoded whole when the file is laid out otherwise; many files side by side.
+
+Every failure of a file becomes a ``TraceFileError`` value naming it (``decode_files``): one bad file never stops
+the others.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor, Future
+
+import numpy as np
+
+from ..errors import TraceFileError
+from . import prefetch
+from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
+                     read_pieces)
+from .services import IN_PROCESS, FileResult, ProgressFn, Workers
+
+
+def _concat_pieces(pieces: list[dict]) -> dict:
+    """Merge per-piece columns, unifying each piece's string table into one categorical.
+
+    Column by column, dropping each piece's copy as soon as it is merged: the peak is one file's columns plus one
+    column, not two copies of everything.
+    """
+    out: dict = {}
+    n = sum(p["n"] for p in pieces)
+    for col in NUM_COLS:
+        out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
+    for col in STR_COLS:
+        table: dict = {}
+        parts = []
+        for p in pieces:
+            codes, strings = p.pop(col)
+            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
+            parts.append(remap[codes])  # code -1 picks the trailing -1
+        codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
+        out[col] = (codes, list(table))
+    for col in RAW_COLS:  # object arrays (None where a piece has none)
+        if any(p[col] is not None for p in pieces):
+            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
+        else:
+            out[col] = None
+    out["n"] = n
+    return out
+
+
+def decode_file(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
+                workers: int = 1) -> FileResult:
+    """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` of
+    ``workers`` processes when given), or, when the file is laid out otherwise (any other valid JSON), decoded
+    whole, with the same result."""
+    try:
+        return _decode_cut(path, pool, progress, workers)
+    except (TraceFileError, ValueError, TypeError) as first:
+        try:
+            cols, meta, nbytes = decode_whole(path)
+        except TraceFileError as second:
+            raise (first if isinstance(first, TraceFileError) else second) from None
+        return FileResult(path=path, meta=meta, columns=cols, nbytes=nbytes)
+
+
+def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, workers: int) -> FileResult:
+    started = prefetch.take(path)
+    if started is not None:  # its pieces are being decoded already (load/prefetch.py)
+        return _decode_planned(path, started[0], None, progress, started[1])
+    plan = plan_ranges(path)
+    if plan is not None:
+        return _decode_planned(path, plan, pool, progress)
+    pieces_iter, info = read_pieces(path)
+    results: list = []
+    inflight: list[Future] = []
+    limit = 2 * (workers if pool is not None else 1)
+    try:
+        for piece in pieces_iter:
+            if progress:
+                progress(path, len(piece), 0)
+            if pool is None:
+                results.append(decode_piece(piece))
+                continue
+            inflight.append(pool.submit(decode_piece, piece))
+            if len(inflight) >= limit:
+                results.append(inflight.pop(0).result())
+        for fut in inflight:
+            results.append(fut.result())
+    except TraceFileError:
+        raise
+    except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
+        raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
+    meta = decode_meta(info["header"], info["trailer"], path)
+    columns = _concat_pieces(results)
+    return FileResult(path=path, meta=meta, columns=columns, nbytes=info["bytes"])
+
+
+def _decode_planned(path: str, plan: dict, pool: Executor | None, progress: ProgressFn | None,
+                    futures: list[Future] | None = None) -> FileResult:
+    """A plain file cut into byte ranges that the workers (or this process, without a pool) read themselves;
+    ``futures``: the ranges submitted already."""
+    if futures is None and pool is not None:
+        futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]]
+    results = []
+    try:
+        for i, (a, b) in enumerate(plan["ranges"]):
+            results.append(futures[i].result() if futures is not None else decode_range(path, a, b))
+            if progress:
+                progress(path, b - a, 0)
+    except (ValueError, TypeError) as exc:
+        raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
+    finally:
+        prefetch.finished()
+    meta = decode_meta(plan["header"], plan["trailer"], path)
+    return FileResult(path=path, meta=meta, columns=_concat_pieces(results), nbytes=plan["bytes"])
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120]
+
+
+def _decode_file_task(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
+                      workers: int = 1) -> FileResult | TraceFileError:
+    """Decode one file; every failure becomes a TraceFileError value naming the file (never a crash)."""
+    try:
+        return decode_file(path, pool, progress, workers)
+    except TraceFileError as exc:
+        return exc
+    except MemoryError:
+        return TraceFileError(path, "out of memory while decoding")
+    except OSError as exc:
+        return TraceFileError(path, f"cannot read ({exc.strerror or exc})")
+    except Exception as exc:  # noqa: BLE001 - one odd file must not stop the others
+        return TraceFileError(path, f"could not be decoded ({type(exc).__name__}: {_short(exc)})")
+
+
+def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: ProgressFn | None = None) -> list:
+    """Decode many files, in parallel on ``workers``; a FileResult or TraceFileError per path (in input order)."""
+    n = workers.count
+    if not paths:
+        return []
+    if n <= 1:
+        return [_decode_file_task(p, None, progress) for p in paths]
+    sizes = [os.path.getsize(p) for p in paths]
+    out: list = [None] * len(paths)
+    with workers.pool(n) as pool:
+        if len(paths) >= n:
+            # Enough files to keep every core busy: one file per worker task.
+            futs = {pool.submit(_decode_file_task, p): i for i, p in enumerate(paths)}
+            for fut, i in futs.items():
+                out[i] = fut.result()
+                if progress:
+                    progress(paths[i], sizes[i], 0)
+        else:
+            # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
+            for i, p in enumerate(paths):
+                out[i] = _decode_file_task(p, pool, progress, n)
+    return out

@@ -1,0 +1,86 @@
+"""What the run hands the stages below it: worker processes (``run/pool.py``) and the column cache
+(``run/cache.py``), as the objects ``load/services.py`` asks for. The stages never import ``run/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cache as _cache, pool as _pool
+from ..config import Config
+
+
+@dataclass(frozen=True)
+class ProcessWorkers:
+    """``load.services.Workers``: process pools from ``run/pool.py``, ``count`` per ``Config.workers``."""
+
+    count: int
+
+    def pool(self, n: int):
+        return _pool.process_pool(n)
+
+    def fork_pool(self, n: int):
+        """Workers that rely on memory inherited from this process (``can_fork`` first)."""
+        return _pool.process_pool(n, fork_only=True)
+
+    def can_fork(self) -> bool:
+        return _pool.can_fork()
+
+
+def workers(config: Config) -> ProcessWorkers:
+    return ProcessWorkers(count=_pool.worker_count(config))
+
+
+@dataclass(frozen=True)
+class ColumnCache:
+    """``load.services.ColumnCache``: the decoded columns in ``run/cache.py``'s folder for ``config``."""
+
+    config: Config
+
+    def get(self, path: Path):
+        return _cache.get(path, self.config)
+
+    def put(self, path: Path, result) -> None:
+        _cache.put(path, result, self.config)
+
+    def has(self, path: Path) -> bool:
+        return _cache.has_columns(path, self.config)
+
+
+def column_cache(config: Config) -> ColumnCache | None:
+    """The column cache, or None with ``use_cache`` off."""
+    return ColumnCache(config) if config.use_cache else None
+
+
+# A rank this big runs its analyses on several cores (forked workers share its events copy-on-write).
+PARALLEL_MIN_EVENTS = 500_000
+# The parts run here while the workers run the others: the base tables and the first analysis, about one
+# worker's share.
+HERE = 2
+
+_FORKED: list = []  # the parts forked workers see (set in the parent just before the fork)
+
+
+def _part_in_child(i: int):
+    return _FORKED[0][i]()
+
+
+def rank_fan_out(config: Config):
+    """``analyze.rank.FanOut``: a big rank's parts side by side (the first ``HERE`` in this process, the others
+    in forked workers), a small rank's one after the other here; the results in the parts' order."""
+    w = workers(config)
+
+    def fan_out(parts, events: int) -> list:
+        if w.count < 2 or len(parts) <= HERE or events < PARALLEL_MIN_EVENTS or not w.can_fork():
+            return [p() for p in parts]
+        _FORKED.append(list(parts))
+        try:
+            with w.fork_pool(min(w.count - 1, len(parts) - HERE)) as pool:
+                futures = [pool.submit(_part_in_child, i) for i in range(HERE, len(parts))]
+                here = [p() for p in parts[:HERE]]  # while the workers run the others
+                return here + [f.result() for f in futures]
+        finally:
+            _FORKED.clear()
+
+    return fan_out
