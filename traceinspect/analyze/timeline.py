@@ -19,6 +19,8 @@ breakdown gives it, per stream the union of its events, the pageable copies (doc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -115,7 +117,27 @@ def _spans(s: np.ndarray, e: np.ndarray, t0: float) -> list[list[float]]:
     return [[round(float(a - t0), 3), round(float(b - a), 3)] for a, b in zip(s, e)]
 
 
-def step_intervals(tl: pd.DataFrame | None, step_table: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class StreamIntervals:
+    stream: int
+    events: dict[str, int]  # category -> number of events
+    intervals: dict[str, list[list[float]]]  # category -> [[start, duration], ...], the union of its events
+
+
+@dataclass(frozen=True)
+class StepIntervals:
+    """One step's GPU activity as intervals, in microseconds since the step's start (nanosecond precision)."""
+
+    step: int
+    start_us: float
+    wall_us: float
+    steps_in_rank: int
+    breakdown: dict[str, list[list[float]]]  # category -> the instants the breakdown gives it
+    streams: list[StreamIntervals]
+    pageable: list[list[float]]  # the pageable host<->device copies
+
+
+def step_intervals(tl: pd.DataFrame | None, step_table: pd.DataFrame) -> StepIntervals | None:
     """The one step the timeline plot shows (``tl``: ``step_timeline``'s table, the median-wall step), as intervals.
 
     ``breakdown``: per GPU category, the instants the step's breakdown gives that category (the highest-priority
@@ -143,18 +165,12 @@ def step_intervals(tl: pd.DataFrame | None, step_table: pd.DataFrame) -> dict | 
             breakdown[cat] = _spans(*_merge(ex.t[:-1][gain[i]], ex.t[1:][gain[i]]), t0)
     streams = []
     for sid, g in tl.groupby("stream", sort=True):
-        lane = {"stream": int(sid), "events": {}, "intervals": {}}
+        lane = StreamIntervals(stream=int(sid), events={}, intervals={})
         for cat, gc in g.groupby("category", sort=False):
-            lane["events"][str(cat)] = int(len(gc))
-            lane["intervals"][str(cat)] = _spans(*_merge(gc["start_us"].to_numpy(float), gc["end_us"].to_numpy(float)), t0)
+            lane.events[str(cat)] = int(len(gc))
+            lane.intervals[str(cat)] = _spans(*_merge(gc["start_us"].to_numpy(float), gc["end_us"].to_numpy(float)), t0)
         streams.append(lane)
     pg = tl[tl["pageable"].astype(bool)]
-    return {
-        "step": step,
-        "start_us": t0,
-        "wall_us": wall,
-        "steps_in_rank": int(len(step_table)),
-        "breakdown": breakdown,
-        "streams": streams,
-        "pageable": _spans(pg["start_us"].to_numpy(float), pg["end_us"].to_numpy(float), t0),
-    }
+    return StepIntervals(step=step, start_us=t0, wall_us=wall, steps_in_rank=int(len(step_table)),
+                         breakdown=breakdown, streams=streams,
+                         pageable=_spans(pg["start_us"].to_numpy(float), pg["end_us"].to_numpy(float), t0))

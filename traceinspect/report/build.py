@@ -1,7 +1,9 @@
-"""Report -> the JSON contract ``traceinspect.report/1``.
+"""Report -> the JSON contract ``traceinspect.report/1``, built directly as the typed document (``report/doc.py``).
 
 Field names here are a contract other tools build on: add fields, never rename. Values keep raw units
-(microseconds, bytes); ``null`` where a number does not exist (e.g. GPU busy time of a CPU-only trace).
+(microseconds, bytes); ``null`` where a number does not exist (e.g. GPU busy time of a CPU-only trace). Every
+record is made by its Struct's constructor, field by field: a field the document does not declare is an error
+here, never a key that silently vanishes.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
-from .columns import STEP_COLUMNS
-from .doc import SCHEMA, ReportDoc, from_dict
 from ..analyze.timeline import step_intervals
+from .columns import STEP_COLUMNS
+from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, FindingDoc, LoaderBoundDoc, PartialStepDoc, RankDoc, ReportDoc,
+                  SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
 
 
 def clean(v):
@@ -37,7 +40,8 @@ def clean(v):
     return v
 
 
-def step_dict(row: dict, basis: str) -> dict:
+def step_fields(row: dict, basis: str) -> dict:
+    """One step-table row -> the keyword arguments of its ``StepDoc`` (its fields come from the column registry)."""
     d = {"step": int(row["step"]), "wall_us": clean(row["wall_us"]), "gpu_busy_us": clean(row.get("gpu_busy_us"))}
     if basis == "gpu":
         d["breakdown_us"] = {n: clean(row[f"bd_{n}"]) for n in EXPOSED_NAMES}
@@ -52,8 +56,8 @@ def step_dict(row: dict, basis: str) -> dict:
         v = row.get(key)
         d[key] = None if v is None or _isnan(v) else int(v)
     d["dataloader_us"] = clean(row.get("dataloader_us", 0.0))
-    # Exactly the registered step fields (report/columns.py), in registry order; a column an analysis did not
-    # make on this rank (CPU-only traces) stays absent.
+    # Exactly the registered step fields (report/columns.py); a column an analysis did not make on this rank
+    # (CPU-only traces) stays absent.
     for c in STEP_COLUMNS:
         if c.name not in d and c.name in row:
             d[c.name] = clean(row[c.name])
@@ -65,101 +69,130 @@ def _isnan(v) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def rank_summary(steps: list[dict]) -> dict:
+def rank_summary(steps: list[StepDoc]) -> SummaryDoc:  # type: ignore[valid-type]
     """Means over the rank's steps (synthetic whole-window steps included when they are all there is)."""
-    real = [s for s in steps if not s["synthetic"]] or steps
+    real = [s for s in steps if not s.synthetic] or steps
     n = len(real)
     if not n:
-        return {"steps": 0}
+        return SummaryDoc(steps=0)
 
     def avg(get):
         vals = [get(s) for s in real]
         vals = [v for v in vals if v is not None]
         return sum(vals) / len(vals) if vals else None
 
-    keys = list(real[0]["breakdown_us"])
-    return {
-        "steps": n,
-        "mean_wall_us": avg(lambda s: s["wall_us"]),
-        "min_wall_us": min(s["wall_us"] for s in real),
-        "max_wall_us": max(s["wall_us"] for s in real),
-        "mean_gpu_busy_us": avg(lambda s: s["gpu_busy_us"]),
-        "mean_breakdown_us": {k: avg(lambda s, k=k: s["breakdown_us"].get(k)) for k in keys},
-        "mean_h2d_bytes": avg(lambda s: s["h2d_bytes"]),
-        "mean_pageable_h2d_bytes": avg(lambda s: s["pageable_h2d_bytes"]),
-        "mean_d2h_bytes": avg(lambda s: s["d2h_bytes"]),
-        "mean_dataloader_us": avg(lambda s: s["dataloader_us"]),
-    }
+    keys = list(real[0].breakdown_us)
+    return SummaryDoc(
+        steps=n,
+        mean_wall_us=avg(lambda s: s.wall_us),
+        min_wall_us=min(s.wall_us for s in real),
+        max_wall_us=max(s.wall_us for s in real),
+        mean_gpu_busy_us=avg(lambda s: s.gpu_busy_us),
+        mean_breakdown_us={k: avg(lambda s, k=k: s.breakdown_us.get(k)) for k in keys},
+        mean_h2d_bytes=avg(lambda s: s.h2d_bytes),
+        mean_pageable_h2d_bytes=avg(lambda s: s.pageable_h2d_bytes),
+        mean_d2h_bytes=avg(lambda s: s.d2h_bytes),
+        mean_dataloader_us=avg(lambda s: s.dataloader_us),
+    )
 
 
-def rank_dict(ra, acc: dict | None = None) -> dict:
-    steps = [step_dict(r, ra.basis) for r in ra.steps.to_dict("records")]
+def _claims(claims) -> list[ClaimDoc]:
+    return [ClaimDoc(**clean(c)) for c in claims]
+
+
+def _records(table: pd.DataFrame | None) -> list[dict]:
+    return [clean(x) for x in table.to_dict("records")] if table is not None else []
+
+
+def rank_doc(ra, acc: dict | None = None) -> RankDoc:
     acc = acc or {}
     step_claims = acc.get("step_claims") or {}
-    for s in steps:
-        s["claims"] = clean(step_claims.get(s["step"], []))
     colls = ra.tables.get("collectives")
+    by_step: dict | None = None
     if colls is not None and len(colls):
-        by_step: dict = {}
+        by_step = {}
         for rec in colls.to_dict("records"):
             by_step.setdefault(int(rec.get("step", -1)), []).append(clean(rec))
-        for s in steps:
-            s["collectives"] = by_step.get(s["step"], [])
+    steps = []
+    for row in ra.steps.to_dict("records"):
+        kw = step_fields(row, ra.basis)
+        kw["claims"] = _claims(step_claims.get(kw["step"], []))
+        if by_step is not None:
+            kw["collectives"] = by_step.get(kw["step"], [])
+        steps.append(StepDoc(**kw))
     util = ra.tables.get("utilization")
     util_summary = ra.tables.get("utilization_summary")
     matmul = ra.tables.get("matmul_kernels")
     partial = ra.tables.get("partial_steps")
-    return {
-        "rank": ra.rank,
-        "world_size": ra.world_size,
-        "files": list(ra.files),
-        "device": ra.device,
-        "compute_capability": list(ra.compute_capability) if ra.compute_capability else None,
-        "basis": ra.basis,
-        "events": ra.event_count,
-        "metadata": clean(ra.metadata or {}),
-        "summary": rank_summary(steps),
-        "utilization": {
-            "summary": clean(util_summary.to_dict("records")[0]) if util_summary is not None and len(util_summary) else None,
-            "windows": [clean(x) for x in util.to_dict("records")] if util is not None else [],
-        },
-        "matmul_kernels": [clean(x) for x in matmul.sort_values("total_us", ascending=False).head(10).to_dict("records")]
+    return RankDoc(
+        rank=ra.rank,
+        world_size=ra.world_size,
+        files=list(ra.files),
+        device=ra.device,
+        compute_capability=list(ra.compute_capability) if ra.compute_capability else None,
+        basis=ra.basis,
+        events=ra.event_count,
+        metadata=clean(ra.metadata or {}),
+        summary=rank_summary(steps),
+        utilization=UtilizationDoc(
+            summary=clean(util_summary.to_dict("records")[0]) if util_summary is not None and len(util_summary) else None,
+            windows=_records(util),
+        ),
+        matmul_kernels=_records(matmul.sort_values("total_us", ascending=False).head(10))
         if matmul is not None and len(matmul) else [],
-        "errors": list(ra.errors),
+        errors=list(ra.errors),
         # The accounting (docs/findings.md): mean step, the step if every finding were fixed, disjoint claims.
-        "step_us": clean(acc.get("step_us")),
-        "projected_step_us": clean(acc.get("projected_step_us")),
-        "claims": clean(acc.get("claims", [])),
+        step_us=clean(acc.get("step_us")),
+        projected_step_us=clean(acc.get("projected_step_us")),
+        claims=_claims(acc.get("claims", [])),
         # ProfilerSteps the recording cut short at a window's end: seen, not counted (docs/metrics.md)
-        "partial_steps": [clean(x) for x in partial.to_dict("records")] if partial is not None else [],
-        "steps": steps,
-        "timeline": timeline_doc(ra),
-    }
+        partial_steps=[PartialStepDoc(**x) for x in _records(partial)],
+        steps=steps,
+        timeline=timeline_doc(ra),
+    )
 
 
-def timeline_doc(ra) -> dict | None:
+def timeline_doc(ra) -> TimelineDoc | None:
     """The one step the timeline plot shows, as intervals (``analyze/timeline.py``: ``step_intervals``)."""
-    return step_intervals(ra.tables.get("timeline"), ra.steps)
+    tl = step_intervals(ra.tables.get("timeline"), ra.steps)
+    if tl is None:
+        return None
+    return TimelineDoc(step=tl.step, start_us=tl.start_us, wall_us=tl.wall_us, steps_in_rank=tl.steps_in_rank,
+                       breakdown=tl.breakdown, pageable=tl.pageable,
+                       streams=[TimelineLaneDoc(stream=s.stream, events=s.events, intervals=s.intervals)
+                                for s in tl.streams])
 
 
-def report_to_dict(report) -> dict:
-    return {
-        "schema": SCHEMA,
-        "source": report.source,
-        "world_size": report.world_size,
-        "ranks_analyzed": len(report.ranks),
-        "ranks": [rank_dict(r, (getattr(report, "accounting", None) or {}).get("ranks", {}).get(r.rank))
-                  for r in report.ranks],
-        "verdict": clean((getattr(report, "accounting", None) or {}).get("verdict")),
-        "findings": [clean(f.to_dict()) for f in report.findings],
-        "skipped": [{"file": s.file, "reason": s.reason} for s in report.skipped],
-        "missing_ranks": list(report.missing_ranks),
-        "cross_rank": clean(report.cross_rank or {}),
-        "errors": list(report.errors),
-        "runs": clean(getattr(report, "runs", None)),  # runs, ranks, windows found (docs/folders.md)
-    }
+# A finding's accounting fields whose values are records of their own (docs/findings.md).
+_NESTED = {"explained_by": _claims, "loader_bound": lambda d: LoaderBoundDoc(**d),
+           "after_loader_fix": lambda d: AfterFixDoc(**d)}
+
+
+def finding_doc(f) -> FindingDoc:
+    extra = {k: clean(v) for k, v in f.extra.items()}
+    for k, make in _NESTED.items():
+        if k in extra:
+            extra[k] = make(extra[k])
+    return FindingDoc(id=f.id, severity=f.severity, title=f.title, ranks=clean(list(f.ranks)),
+                      steps=clean(list(f.steps)), evidence=clean(f.evidence), fix=f.fix,
+                      time_at_stake_us=clean(f.time_at_stake_us), docs=f.docs or f"traceinspect explain {f.id}",
+                      **extra)
 
 
 def build_doc(report) -> ReportDoc:
     """A diagnose ``Report`` -> its ``ReportDoc``."""
-    return from_dict(report_to_dict(report))
+    acc = report.accounting or {}
+    return ReportDoc(
+        schema=SCHEMA,
+        source=report.source,
+        world_size=report.world_size,
+        ranks_analyzed=len(report.ranks),
+        ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank)) for r in report.ranks],
+        verdict=clean(acc.get("verdict")),
+        findings=[finding_doc(f) for f in report.findings],
+        skipped=[SkippedDoc(file=s.file, reason=s.reason) for s in report.skipped],
+        missing_ranks=list(report.missing_ranks),
+        cross_rank=clean(report.cross_rank or {}),
+        errors=list(report.errors),
+        runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
+    )

@@ -114,6 +114,29 @@ class PartialStepDoc(Struct, kw_only=True):
     cpu_us: Num  # duration of its ProfilerStep annotation
 
 
+Span = list[float]  # [start, duration] in us since the step's start
+
+
+class TimelineLaneDoc(Struct, kw_only=True):
+    """One stream of the timeline step: per GPU category its event count and the union of its events."""
+
+    stream: int
+    events: dict[str, int]
+    intervals: dict[str, list[Span]]
+
+
+class TimelineDoc(Struct, kw_only=True):
+    """The one step the timeline plot shows (the median-wall step), as intervals (docs/presentation.md)."""
+
+    step: int
+    start_us: float
+    wall_us: float
+    steps_in_rank: int
+    breakdown: dict[str, list[Span]]  # per GPU category, the instants the step's breakdown gives it
+    streams: list[TimelineLaneDoc]
+    pageable: list[Span]  # the pageable host<->device copies
+
+
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
     rank: int
     world_size: int | None
@@ -133,8 +156,8 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     step_us: Num | UnsetType = UNSET
     projected_step_us: Num | UnsetType = UNSET
     claims: list[ClaimDoc] | UnsetType = UNSET
-    timeline: Any | UnsetType = UNSET
-    collectives: Any | UnsetType = UNSET
+    timeline: TimelineDoc | None | UnsetType = UNSET  # null without GPU events
+    collectives: Any | UnsetType = UNSET  # never written (the steps carry their collectives); kept for old readers
 
 
 class FindingDoc(Struct, omit_defaults=True, kw_only=True):
@@ -151,8 +174,8 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     docs: str
     share_of_step: Num | UnsetType = UNSET
     severity_reason: str | None | UnsetType = UNSET
-    thin_evidence: Any | UnsetType = UNSET
-    owned_by: Any | UnsetType = UNSET
+    thin_evidence: str | None | UnsetType = UNSET  # why the evidence is too thin for a higher severity
+    owned_by: str | None | UnsetType = UNSET  # the finding id whose fix removes this one's time
     estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
     claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
@@ -183,7 +206,7 @@ class ReportDoc(Struct, omit_defaults=True, kw_only=True):
 
 
 def from_dict(d: dict) -> ReportDoc:
-    """A report dict (``report_to_dict``, or parsed JSON) -> ReportDoc; raises ``msgspec.ValidationError``."""
+    """A report dict (parsed JSON) -> ReportDoc; raises ``msgspec.ValidationError``."""
     return msgspec.convert(d, ReportDoc)
 
 
