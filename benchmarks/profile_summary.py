@@ -18,9 +18,9 @@ STAGES = [
     ("  msgspec decode", "", "<method 'decode' of 'msgspec.json.Decoder' objects>"),
     ("  columns from events", "load/columns.py", "columns_from_tagged"),
     ("  columns (untagged paths)", "load/columns.py", "columns_from_events"),
-    ("assemble (columns -> DataFrame)", "load/reader.py", "_assemble"),
+    ("assemble (columns -> DataFrame)", "load/assemble.py", "assemble"),
     ("per-rank analysis", "analyze/rank.py", "analyze_rank"),
-    ("cross-rank + rules", "diagnose/engine.py", "finish"),
+    ("cross-rank + rules", "run/stages.py", "finish"),
 ]
 
 

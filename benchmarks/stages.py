@@ -20,7 +20,7 @@ import importlib  # noqa: E402
 EARLY = [  # (label, module, function): modules that import no pandas, wrapped before the run
     ("plan (peek, runs)", "traceinspect.load.reader", "group_by_rank"),
     ("decode (after the import)", "traceinspect.load.reader", "_decode_all"),
-    ("assemble", "traceinspect.load.reader", "_assemble"),
+    ("assemble", "traceinspect.load.assemble", "assemble"),
 ]
 LATE = [  # wrapped once the analysis stack is imported (importing them earlier would import pandas early)
     ("per-rank analysis", "traceinspect.run.local", "analyze_rank"),
