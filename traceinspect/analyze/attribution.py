@@ -5,6 +5,8 @@ Pure functions of a ``RankTrace`` and its ``Steps``; the definitions are in docs
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -32,6 +34,16 @@ SYNC_CALLS = frozenset(
         "hipStreamSynchronize",
         "hipEventSynchronize",
         "hipMemcpy",
+        # ROCm's synchronous copy (what torch calls for a blocking copy on HIP) and the driver API's copies.
+        "hipMemcpyWithStream",
+        "hipMemcpy2D",
+        "hipMemcpyDtoH",
+        "hipMemcpyHtoD",
+        "hipCtxSynchronize",
+        "cuMemcpy",
+        "cuMemcpyDtoH",
+        "cuMemcpyHtoD",
+        "cuMemcpy2D",
     }
 )
 
@@ -212,7 +224,7 @@ def pageable_launch_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
 def sync_call_rows(ev: pd.DataFrame, gidx: np.ndarray) -> np.ndarray:
     """Rows of runtime calls that block the CPU on the GPU: synchronize calls, synchronous copies, and the
     launch calls of pageable copies (the CPU waits for those to finish)."""
-    sync = runtime_mask(ev) & name_mask(ev, lambda s: s in SYNC_CALLS)
+    sync = runtime_mask(ev) & name_mask(ev, lambda s: re.sub(r"_v\d+$", "", s) in SYNC_CALLS)
     sync[pageable_launch_rows(ev, gidx)] = True
     return np.flatnonzero(sync)
 

@@ -44,6 +44,7 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | No
         for c, v in p.columns.items():
             table[c] = v
         errors.extend(p.errors)
+    setup = _setup(rank, table, tables, errors)
     return RankAnalysis(
         rank=rank.rank,
         world_size=rank.world_size,
@@ -58,7 +59,19 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | No
         base_ns=rank.base_ns,
         event_count=len(rank.events),
         errors=errors,
+        setup=setup,
     )
+
+
+def _setup(rank: RankTrace, table: pd.DataFrame, tables: dict, errors: list[str]):
+    """The rank's ``Setup`` (read after the parts: it reads their tables); a failure is a line in the errors."""
+    from .setup import describe_setup
+
+    try:
+        return describe_setup(rank, table, tables)
+    except Exception as exc:  # the rank's report stands without its setup
+        errors.append(f"setup analysis failed on rank {rank.rank}: {type(exc).__name__}: {exc}")
+        return None
 
 
 class FanOut(Protocol):
@@ -95,7 +108,7 @@ def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, config: Config)
 # Per-rank analyses, each a module with ``rank_part(rank, steps, table, config) -> RankPart``. They read the
 # events and the base step table ``table`` (never each other's output, never changing ``table``), so they may run
 # side by side.
-RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization")
+RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle")
 
 
 def _rank_parts():

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from .setup import Setup
+
 
 @dataclass(frozen=True)
 class RankPart:
@@ -42,3 +44,4 @@ class RankAnalysis:
     base_ns: int = 0
     event_count: int = 0
     errors: list[str] = field(default_factory=list)
+    setup: Setup | None = None  # what the run is (analyze/setup.py); None where it could not be read

@@ -136,4 +136,12 @@ def describe_job(*, dataloader: Any = None, model: Any = None, accumulation_step
         "extra": _json_safe(dict(extra)) if extra is not None else None,
         "loader_probe": None,  # filled by the capture's probe_loader (loader_probe.py), if asked
         "loader_timing": None,  # the workers' batch times during the window (the same option)
+        "cpu_count": _cpu_count(),  # cores this process may run on (what sizes a DataLoader's workers)
     }
+
+
+def _cpu_count() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count()

@@ -9,6 +9,7 @@ here, never a key that silently vanishes.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, fields
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,8 @@ import pandas as pd
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
-from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, FindingDoc, LoaderBoundDoc, PartialStepDoc, RankDoc, ReportDoc,
-                  SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
+from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
+                  LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
 
 
 def clean(v):
@@ -149,7 +150,20 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         partial_steps=[PartialStepDoc(**x) for x in _records(partial)],
         steps=steps,
         timeline=timeline_doc(ra),
+        setup=setup_doc(getattr(ra, "setup", None)),
     )
+
+
+def setup_doc(setup) -> SetupDoc | None:
+    """The rank's ``Setup`` (analyze/setup.py), field by field: its nested records become their Structs."""
+    if setup is None:
+        return None
+    kw = {f.name: getattr(setup, f.name) for f in fields(setup)}
+    nested = {"optimizer": OptimizerSetupDoc, "compile": CompileSetupDoc, "loader": LoaderSetupDoc, "copies": CopySetupDoc}
+    for name, doc in nested.items():
+        kw[name] = doc(**asdict(kw[name]))
+    kw["not_recorded"] = list(kw["not_recorded"])
+    return SetupDoc(**kw)
 
 
 def timeline_doc(ra) -> TimelineDoc | None:

@@ -21,7 +21,7 @@ class Column(NamedTuple):
     producer: str  # the analyze module that makes it
 
 
-_A, _C, _P, _U = "attribution", "collectives", "precision", "utilization"
+_A, _C, _P, _U, _I = "attribution", "collectives", "precision", "utilization", "idle"
 
 STEP_COLUMNS: tuple[Column, ...] = (
     Column("window", "int", "index", "trace file (active window) of the rank the step is in", _A),
@@ -101,6 +101,13 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("launch_gpu_median_us", "float", "us", "median GPU time a launch call ran (a graph replay: all its kernels)", _U),
     Column("kernels_per_launch", "float", "count", "kernels run per launch call (1 without graph replays)", _U),
     Column("smi_util", "float", "share", "share of the step window with a kernel running", _U),
+    Column("idle_queued_us", "float", "us", "GPU idle while work issued to it had not started (behind an event or stream wait)", _I),
+    Column("idle_blocked_us", "float", "us", "GPU idle, nothing queued, while the CPU was blocked in a synchronizing call", _I),
+    Column("idle_first_launch_us", "float", "us", "GPU idle, nothing queued, during a first-use launch call (far above the median)", _I),
+    Column("idle_loader_us", "float", "us", "GPU idle, nothing queued, while the loop waited for the DataLoader", _I),
+    Column("idle_launch_us", "float", "us", "GPU idle, nothing queued, while the CPU issued (launch overhead)", _I),
+    Column("idle_host_us", "float", "us", "the rest of the idle time: the CPU ran no recorded op", _I),
+    Column("first_launch_count", "int", "count", "first-use launch calls in the step's CPU window", _I),
 )
 
 BY_NAME = {c.name: c for c in STEP_COLUMNS}

@@ -137,6 +137,71 @@ class TimelineDoc(Struct, kw_only=True):
     pageable: list[Span]  # the pageable host<->device copies
 
 
+class OptimizerSetupDoc(Struct, kw_only=True):
+    """The optimizer (docs/setup.md): its class, step calls, and fused / foreach / capturable (null: not known)."""
+
+    present: bool
+    name: str | None
+    steps: int
+    fused: bool | None
+    foreach: bool | None
+    capturable: bool | None
+
+
+class CompileSetupDoc(Struct, kw_only=True):
+    """torch.compile's markers in the trace, and the compile mode the capture recorded (null: not recorded)."""
+
+    compiled: bool
+    regions: int
+    cache_lookups: int
+    triton_kernels: int
+    mode: str | None
+
+
+class LoaderSetupDoc(Struct, kw_only=True):
+    """The DataLoader's fetches in the steps and its settings (null: not recorded)."""
+
+    fetches: int
+    worker_fetches: int
+    num_workers: int | None
+    pin_memory: bool | None
+    persistent_workers: bool | None
+    batch_size: int | None
+    source: str
+
+
+class CopySetupDoc(Struct, kw_only=True):
+    """Host<->device copies over the rank's steps, by direction and host memory (null on CPU runs)."""
+
+    h2d_pinned_count: int | None
+    h2d_pinned_bytes: int | None
+    h2d_pageable_count: int | None
+    h2d_pageable_bytes: int | None
+    d2h_pageable_count: int | None
+    d2h_pageable_bytes: int | None
+
+
+class SetupDoc(Struct, kw_only=True):
+    """What the rank's run is (docs/setup.md); every fix is fitted to it. null: not known; ``not_recorded`` names
+    the facts neither the trace nor the capture metadata records."""
+
+    device: str
+    device_name: str | None
+    optimizer: OptimizerSetupDoc
+    compile: CompileSetupDoc
+    graph_launches: int
+    amp_dtype: str | None
+    amp_source: str | None
+    grad_scaler: bool | None
+    loader: LoaderSetupDoc
+    copies: CopySetupDoc
+    cpu_count: int | None
+    parallelism: str | None
+    backend: str | None
+    world_size: int | None
+    not_recorded: list[str]
+
+
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
     rank: int
     world_size: int | None
@@ -158,6 +223,7 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     claims: list[ClaimDoc] | UnsetType = UNSET
     timeline: TimelineDoc | None | UnsetType = UNSET  # null without GPU events
     collectives: Any | UnsetType = UNSET  # never written (the steps carry their collectives); kept for old readers
+    setup: SetupDoc | None | UnsetType = UNSET  # what the run is (docs/setup.md); null: it could not be read
 
 
 class FindingDoc(Struct, omit_defaults=True, kw_only=True):

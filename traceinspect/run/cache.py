@@ -286,6 +286,10 @@ def _rank_from_entry(e: _RankEntry):
     fields = dict(e.fields)
     cc = fields.get("compute_capability")
     fields["compute_capability"] = tuple(cc) if cc is not None else None
+    if fields.get("setup") is not None:
+        from ..analyze.setup import Setup
+
+        fields["setup"] = msgspec.convert(fields["setup"], Setup)
     return RankAnalysis(**fields, steps=_frame(e.steps), tables={k: _frame(v) for k, v in e.tables.items()})
 
 

@@ -1,0 +1,101 @@
+"""What the GPU waited for while it was idle, per step: one exclusive split of the step's idle time.
+
+In priority order, each instant of GPU idle time (``bd_idle``: the step window with no GPU work of the rank
+running) goes to the first of:
+
+1. ``idle_queued_us``: work already issued to the GPU (its launch call returned more than ``ISSUE_LATENCY_US``
+   before) had not started: it waited behind an event or stream wait (``cudaStreamWaitEvent``), or for the
+   device itself;
+2. ``idle_blocked_us``: the CPU was blocked in a synchronizing call (stream / event / device synchronize, a
+   synchronous copy such as ``cudaMemcpy`` or ROCm's ``hipMemcpyWithStream``, their driver variants, the launch of
+   a pageable copy: ``attribution.sync_call_rows``);
+3. ``idle_first_launch_us``: the CPU was inside a launch call far longer than the rank's median launch
+   (``FIRST_USE_FACTOR`` times and at least ``FIRST_USE_MIN_US``): a first use (lazy module load, JIT), which
+   warm-up steps remove;
+4. ``idle_loader_us``: the training loop waited for the DataLoader (``enumerate(DataLoader)`` annotations);
+5. ``idle_launch_us``: nothing was issued and the CPU was issuing: the step's code was running (its
+   ``ProfilerStep`` annotation was open) and had not launched the GPU's next work yet. This, and only this, is
+   launch overhead (Python, dispatch and launch calls slower than the kernels they launch);
+6. ``idle_host_us``: the rest: idle outside the step's CPU window (between ``ProfilerStep`` annotations).
+
+The six add up to ``bd_idle`` in each step (docs/metrics.md, "Idle time by what the GPU waited for").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .attribution import sync_call_rows
+from .events import LOADER_FETCH, name_mask
+from .intervals import build_timeline
+from .links import launch_calls
+from ..load.trace import Kind, RankTrace
+from .results import RankPart
+
+#: A launch reaches an idle GPU within a few microseconds (launch return to kernel start: median 1.5 us on the H200
+#: fixtures, at most 8.1 us on the public MI250 trace); work waiting longer than this after its call returned is
+#: queued, not late.
+ISSUE_LATENCY_US = 10.0
+#: A launch call this many times the rank's median launch, and at least FIRST_USE_MIN_US, is a first use (module
+#: load, JIT): an ordinary launch takes 2-20 us; the MI250 trace's lazy load takes 6.5 ms.
+FIRST_USE_FACTOR = 50.0
+FIRST_USE_MIN_US = 500.0
+
+IDLE_COLUMNS = ("idle_queued_us", "idle_blocked_us", "idle_first_launch_us", "idle_loader_us", "idle_launch_us",
+                "idle_host_us")
+
+
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
+    """The idle split (``IDLE_COLUMNS``) and ``first_launch_count``; absent on CPU-only traces."""
+    gidx = steps.gpu_index
+    if not len(gidx) or "bd_idle" not in table:
+        return RankPart()
+    ev = rank.events
+    ts = ev["ts"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    kind = ev["kind"].to_numpy()
+    calls = launch_calls(ev)
+    pend_s, pend_e = _queued(ev, gidx, calls)
+    sync = sync_call_rows(ev, gidx)
+    first = first_use_launches(ev, calls)
+    loader = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
+    cs, ce = table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy()
+    parts = [(ts[gidx], end[gidx]), (pend_s, pend_e), (ts[sync], end[sync]), (ts[first], end[first]),
+             (ts[loader], end[loader]), (cs, ce)]
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    c = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
+    excl = build_timeline(s, e, c, len(parts)).exclusive_in(table["start_us"].to_numpy(), table["end_us"].to_numpy())
+    cols = {name: excl[i + 1] for i, name in enumerate(IDLE_COLUMNS[:-1])}
+    # The step's idle time is its window less every GPU event (its own and backlog); the rest of it is "host".
+    cols["idle_host_us"] = np.clip(table["bd_idle"].to_numpy() - sum(cols.values()), 0.0, None)
+    t = np.sort(ts[first])
+    cols["first_launch_count"] = (np.searchsorted(t, ce, "left") - np.searchsorted(t, cs, "left")).astype(np.int64)
+    return RankPart(columns=cols)
+
+
+def _queued(ev: pd.DataFrame, gidx: np.ndarray, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU activity with a launch call: [call end + ISSUE_LATENCY_US, activity start), where not empty."""
+    win, corr, ts, dur = (ev[c].to_numpy() for c in ("window", "corr", "ts", "dur"))
+    g = pd.DataFrame({"window": win[gidx], "corr": corr[gidx], "start": ts[gidx]})
+    g = g[g["corr"] >= 0].merge(calls, on=["window", "corr"], how="inner")
+    if not len(g):
+        return np.empty(0), np.empty(0)
+    rt = g["rt"].to_numpy()
+    a = ts[rt] + dur[rt] + ISSUE_LATENCY_US
+    b = g["start"].to_numpy()
+    ok = b > a
+    return a[ok], b[ok]
+
+
+def first_use_launches(ev: pd.DataFrame, calls: pd.DataFrame | None = None) -> np.ndarray:
+    """Rows of launch calls that took ``FIRST_USE_FACTOR`` times the rank's median launch call (and at least
+    ``FIRST_USE_MIN_US``)."""
+    calls = launch_calls(ev) if calls is None else calls
+    rows = np.unique(calls["rt"].to_numpy()) if len(calls) else np.empty(0, np.int64)
+    rows = rows[~np.isin(rows, sync_call_rows(ev, np.empty(0, np.int64)))]  # a synchronous copy is a sync
+    if not len(rows):
+        return rows
+    dur = ev["dur"].to_numpy()[rows]
+    return rows[dur >= max(FIRST_USE_FACTOR * float(np.median(dur)), FIRST_USE_MIN_US)]
