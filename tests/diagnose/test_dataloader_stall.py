@@ -14,6 +14,10 @@ def test_cpu_only_run_gets_no_pin_memory(cpu_slow_loader_run):
     assert "num_workers" in f["fix"]
 
 
-def test_gpu_run_keeps_pin_memory():
-    f = findings(GPU / "slow_loader")["dataloader-stall"]
-    assert "pin_memory=True" in f["fix"]
+def test_gpu_run_keeps_pin_memory_only_where_it_is_off():
+    """pin_memory=True is advised to a GPU run whose loader does not pin; not repeated where the capture had it on."""
+    for name, on in (("slow_loader", True), ("baseline", False)):
+        (raw,) = raw_files(GPU / name)
+        assert raw["traceinspect"]["dataloader"]["pin_memory"] is on  # independently, from the capture metadata
+        fix = findings(GPU / name)["dataloader-stall"]["fix"]
+        assert ("pin_memory=True" in fix) is (not on), (name, fix)

@@ -116,7 +116,7 @@ def loader_evidence(ra) -> dict:
     return out
 
 
-def loader_fix(ev: dict) -> str:
+def loader_fix(ev: dict, setup=None) -> str:
     """The loader fix for a rank, from its evidence (``dataloader_settings`` and ``loader_evidence``): more workers
     than it has, the settings it lacks, and where its pinning thread (not its workers) set the pace, what that
     thread handles."""
@@ -135,4 +135,6 @@ def loader_fix(ev: dict) -> str:
         lines.append(f"# its pinning thread set the pace ({pin / 1000:.2f} ms of CPU a batch{than}): one thread of "
                      f"the training process copies every batch byte; send fewer bytes (uint8 from the workers, "
                      f"cast and normalize on the GPU)")
-    return "\n".join(lines)
+    from .fixes import fit_loader_fix
+
+    return "\n".join(fit_loader_fix(setup, lines, now))

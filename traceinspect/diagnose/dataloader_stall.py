@@ -35,6 +35,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import cpu_loader_fix, setup_of
 from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
 
 ID = "dataloader-stall"
@@ -97,7 +98,8 @@ def check(report, config) -> list[Finding]:
                 "threshold_share_warning": config.dataloader_share_warning,
                 "threshold_share_critical": config.dataloader_share_critical,
             },
-            fix=FIX_CPU if cpu_only else loader_fix(per_rank[0]),
+            fix=(cpu_loader_fix(setup_of(report, per_rank[0]["rank"]), FIX_CPU) if cpu_only
+                 else loader_fix(per_rank[0], setup_of(report, per_rank[0]["rank"]))),
             time_at_stake_us=us,
         )
     ]

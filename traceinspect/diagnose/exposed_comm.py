@@ -42,6 +42,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import comm_fix, setup_of
 
 ID = "exposed-comm"
 TITLE = "Communication not hidden behind compute"
@@ -179,6 +180,6 @@ def check(report, config) -> list[Finding]:
         steps=sorted({x for e in per_rank for x in e["steps"]}),
         evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
                   **extra_ev},
-        fix=_fix(worst),
+        fix=comm_fix(setup_of(report, worst.get("rank")), _fix(worst)),
         time_at_stake_us=worst["comm_cost_us_per_step"],
     )]

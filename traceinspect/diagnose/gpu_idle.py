@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from . import Needs
 from .finding import Finding
+from .fixes import first_use_fix, launch_fix, setup_of
 from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
 
 ID = "gpu-idle"
@@ -80,11 +81,16 @@ def check(report, config) -> list[Finding]:
         return []
     sh, sev, rank, idle, main, wra = worst
     if main == "dataloader":
-        fix = loader_fix(loader_evidence(wra))
+        fix = loader_fix(loader_evidence(wra), wra.setup)
+    elif main == "cpu" and "idle_first_launch_us" in wra.steps and \
+            wra.steps["idle_first_launch_us"].mean() >= 0.5 * wra.steps["idle_other_us"].mean() > 0:
+        fix, main = first_use_fix(), "first_use"  # a first-use launch, not launch overhead (analyze/idle.py)
+    elif main == "cpu":
+        fix = launch_fix(setup_of(report, rank), FIXES[main])
     else:
         fix = FIXES[main]
     per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
-    label = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
+    label = {"first_use": "a first-use launch (module load)", "dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
     return [
         Finding(
             id=ID,

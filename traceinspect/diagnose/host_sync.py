@@ -40,6 +40,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import pinned_copy_fix, setup_of
 from ._util import mean, severity_for, step_ids
 
 ID = "host-sync"
@@ -163,7 +164,7 @@ def check(report, config) -> list[Finding]:
     extra = {}
     if kind == "pageable":
         title = head + " in pageable copies" + (f" ({top[0]['call']} from {top[0]['op']})" if top else "")
-        fix = FIX_PAGEABLE
+        fix = pinned_copy_fix(setup_of(report, rank), FIX_PAGEABLE)
         from . import pageable_memcpy
 
         if pageable_memcpy.check(report, config):  # that finding reports these copies: link it, do not repeat it

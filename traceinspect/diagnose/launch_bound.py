@@ -8,7 +8,9 @@ call of a few microseconds), so when kernels run for a couple of microseconds th
 **Condition**, per step (the rule fires when at least half of a rank's steps meet it):
 
 - at least ``launch_bound_min_kernels`` (20) kernels in the step;
-- idle time not explained by data or syncs, ``idle_other_us``, is at least ``launch_bound_idle_share`` (20 %) of
+- launch overhead, ``idle_launch_us`` (the GPU idle with nothing queued while the step's code ran, after queued
+  work, syncs, first-use launches and the DataLoader: analyze/idle.py; ``idle_other_us`` on reports without it),
+  is at least ``launch_bound_idle_share`` (20 %) of
   the step (*critical* at ``launch_bound_idle_share_critical``, 50 %): that much of the step is recoverable
   without touching the data pipeline;
 - the GPU work of a typical launch is shorter than the CPU time per launch: the median over the step's launch
@@ -44,6 +46,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import launch_fix, setup_of
 from ._util import first_window, mean, severity_for, step_ids, thread_cpu_per_step
 
 ID = "launch-bound"
@@ -71,7 +74,9 @@ def check(report, config) -> list[Finding]:
         if ra.basis != "gpu" or not len(s) or any(c not in s for c in need):
             continue
         wall = s["wall_us"].where(s["wall_us"] > 0)
-        share = (s["idle_other_us"] / wall).fillna(0.0)
+        # Launch overhead only (analyze/idle.py): the GPU idle with nothing queued while the step's code ran.
+        waited = s["idle_launch_us"] if "idle_launch_us" in s else s["idle_other_us"]
+        share = (waited / wall).fillna(0.0)
         kernels = s["kernel_count"].astype(float)
         # CPU time the training process had for issuing work: its step minus data waits and blocked syncs.
         issue_us = s["cpu_step_us"] - s.get("dataloader_us", 0.0) - s.get("sync_us", 0.0)
@@ -114,6 +119,7 @@ def check(report, config) -> list[Finding]:
             "cpu_issue_us": mean(issue_us[mask]),
             "idle_other_us_per_step": idle,
             "idle_other_share": sh,
+            "idle_launch_us_per_step": mean(sel["idle_launch_us"]) if "idle_launch_us" in sel else None,
             "smi_util": mean(sel["smi_util"]) if "smi_util" in sel else None,
         })
         threads = thread_cpu_per_step(ra)  # where the capture timed the process's threads
@@ -140,7 +146,7 @@ def check(report, config) -> list[Finding]:
         steps=sorted(steps),
         evidence={"per_rank": per_rank, "threshold_idle_share": warn, "threshold_idle_share_critical": crit,
                   "min_kernels_per_step": min_kernels},
-        fix=fix_for(per_rank[0]),
+        fix=fix_for(per_rank[0], setup_of(report, rank)),
         time_at_stake_us=float(np.mean([r["idle_other_us_per_step"] for r in per_rank])),
     )]
 
@@ -149,13 +155,14 @@ def check(report, config) -> list[Finding]:
 OFF_CPU_SHARE = 0.25
 
 
-def fix_for(ev: dict) -> str:
+def fix_for(ev: dict, setup=None) -> str:
     """The fix, with a note where the capture saw the loop's thread wait for a CPU or the interpreter lock while
     the DataLoader's pinning thread ran in the same process: then the launches are slow for a reason they share."""
     off, loop, pin = (ev.get("loop_thread_off_cpu_us_per_step"), ev.get("loop_thread_cpu_us_per_step"),
                       ev.get("pin_thread_cpu_us_per_step"))
+    fix = launch_fix(setup, FIX)  # fitted to the run (diagnose/fixes.py)
     if not off or loop is None or off < OFF_CPU_SHARE * (off + loop) or not pin or pin < off:
-        return FIX
-    return FIX + (f"\n# the loop's thread was on a CPU {loop / 1000:.1f} ms of the {(loop + off) / 1000:.1f} ms a "
+        return fix
+    return fix + (f"\n# the loop's thread was on a CPU {loop / 1000:.1f} ms of the {(loop + off) / 1000:.1f} ms a "
                   f"step it had work to issue, while the DataLoader's pinning thread ran {pin / 1000:.1f} ms a step "
                   f"in this process (one interpreter lock): fewer batch bytes for that thread first")

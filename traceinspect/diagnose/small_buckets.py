@@ -42,6 +42,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import comm_fix, setup_of
 
 ID = "small-buckets"
 TITLE = "Gradients all-reduced in many small DDP buckets"
@@ -198,6 +199,6 @@ def check(report, config) -> list[Finding]:
             "threshold_small_share": config.small_bucket_share,
             "ddp_default_bucket_cap_bytes": config.ddp_bucket_cap_bytes,
         },
-        fix=fix,
+        fix=comm_fix(setup_of(report, worst["rank"]), fix),
         time_at_stake_us=worst.get("time_at_stake_us"),
     )]

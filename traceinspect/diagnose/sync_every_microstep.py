@@ -38,6 +38,7 @@ import numpy as np
 
 from . import Needs
 from .finding import Finding
+from .fixes import accumulation_fix, setup_of
 
 ID = "sync-every-microstep"
 TITLE = "Gradients all-reduced on every micro-batch (model.no_sync() missing)"
@@ -120,6 +121,6 @@ def check(report, config) -> list[Finding]:
         steps=sorted({s for e in per_rank for s in e["steps"]}),
         evidence={"per_rank": per_rank, "threshold_rounds": 2,
                   "threshold_exposed_share_critical": crit_share},
-        fix=FIX,
+        fix=accumulation_fix(setup_of(report, worst["rank"]), FIX),
         time_at_stake_us=worst["redundant_exposed_us_per_step"],
     )]

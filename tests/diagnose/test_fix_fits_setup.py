@@ -1,0 +1,100 @@
+"""No fix contradicts the setup of the run it is about, on every fixture and public trace (and CPU captures made
+now): the same optimizer class, nothing already on, no GPU advice on CPU runs, no more workers than cores, no DDP
+advice without DDP; launch-bound only where the GPU waited for launches."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from traceinspect.config import DEFAULT, Config
+from traceinspect.run import report_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC = ROOT.parent / "shared" / "traces" / "public"
+FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.json*")}) + (
+    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
+CACHED = Config(workers=1)
+
+
+def contradictions(fix: str, setup: dict) -> list[str]:
+    """What in ``fix`` the setup says is wrong for this run (empty: the fix fits)."""
+    out = []
+    code = "\n".join(line.split("#", 1)[0] for line in fix.splitlines())  # advice is code; comments explain
+    opt = setup["optimizer"]
+    for cls in re.findall(r"torch\.optim\.(\w+)\(", code):
+        if not opt["present"]:
+            out.append(f"optimizer advice ({cls}) where no optimizer step ran")
+        elif opt["name"] and cls != opt["name"]:
+            out.append(f"torch.optim.{cls} for a run on {opt['name']}")
+        if "fused=True" in code and opt["fused"]:
+            out.append("fused=True for a run already fused")
+    if setup["compile"]["compiled"] and re.search(r"torch\.compile\(model\)", code):
+        out.append("torch.compile for a compiled run")
+    graphs = setup["graph_launches"] > 0 or setup["compile"]["mode"] == "reduce-overhead"
+    if graphs and (re.search(r"reduce-overhead|torch\.cuda\.graph|CUDAGraph", code)):
+        out.append("CUDA graphs for a program that replays them")
+    if setup["device"] == "cpu" and re.search(r"pin_memory|\.cuda\(|torch\.cuda|non_blocking", code):
+        out.append("GPU advice on a CPU run")
+    pinned = setup["loader"]["pin_memory"] is True or (
+        setup["copies"]["h2d_pinned_count"] and not setup["copies"]["h2d_pageable_count"])
+    if pinned and re.search(r"DataLoader\([^)]*pin_memory=True", code, re.S):
+        out.append("pin_memory=True where the copies are already pinned")
+    for n in re.findall(r"num_workers=(\d+)", code):
+        if setup["cpu_count"] and int(n) > setup["cpu_count"]:
+            out.append(f"num_workers={n} on {setup['cpu_count']} cores")
+    if setup["parallelism"] != "ddp" and re.search(r"DistributedDataParallel|bucket_cap_mb|no_sync", code):
+        out.append(f"DDP advice for a run with parallelism={setup['parallelism']}")
+    return out
+
+
+def _check(rep: dict) -> None:
+    setups = {r["rank"]: r.get("setup") for r in rep["ranks"]}
+    for f in rep["findings"]:
+        for rank in f["ranks"][:1] or []:  # the fix is the first rank's (the rank the title names)
+            setup = setups.get(f.get("claim_rank", rank)) or setups.get(rank)
+            if setup is None:
+                continue
+            bad = contradictions(f["fix"], setup)
+            assert not bad, (f["id"], bad, f["fix"])
+
+
+def _launch_waited(rep: dict) -> None:
+    """launch-bound fires only on ranks whose steps' launch overhead (idle_launch_us) reaches its threshold."""
+    for f in rep["findings"]:
+        if f["id"] != "launch-bound":
+            continue
+        for rank in f["ranks"]:
+            (rd,) = [r for r in rep["ranks"] if r["rank"] == rank]
+            steps = {s["step"]: s for s in rd["steps"]}
+            for sid in (x for x in f["steps"] if x in steps):
+                s = steps[sid]
+                assert s["idle_launch_us"] >= DEFAULT.launch_bound_idle_share * s["wall_us"] - 1e-6, sid
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_fix_contradicts_the_setup(folder):
+    rep = report_folder(folder, CACHED).to_dict()
+    _check(rep)
+    _launch_waited(rep)
+
+
+@pytest.mark.parametrize("name", ["cpu_clean_run", "cpu_baseline_run", "cpu_slow_loader_run"])
+def test_no_fix_contradicts_the_setup_on_cpu_captures(name, request):
+    rep = report_folder(request.getfixturevalue(name), CACHED).to_dict()
+    assert all(r["setup"]["device"] == "cpu" for r in rep["ranks"])
+    _check(rep)
+
+
+def test_the_check_catches_template_fixes():
+    """The contradictions the old templates made, on real setups: the check is not vacuous."""
+    rep = report_folder(ROOT / "fixtures" / "gpu_pairs" / "s2_small_compiled", CACHED).to_dict()
+    s = rep["ranks"][0]["setup"]
+    old = 'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n' \
+          "opt = torch.optim.AdamW(params, fused=True)\nloader = DataLoader(ds, pin_memory=True)"
+    assert len(contradictions(old, s)) == 3
+    rep = report_folder(PUBLIC / "hta_mi250_rocm", CACHED).to_dict() if PUBLIC.exists() else None
+    if rep:
+        assert contradictions("opt = torch.optim.AdamW(params, fused=True)", rep["ranks"][0]["setup"])
