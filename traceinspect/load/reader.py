@@ -16,7 +16,7 @@ import numpy as np
 from ..run import cache as _cache
 from ..run.pool import process_pool as _pool, worker_count as _workers  # pools are made in one place
 from ..config import Config, DEFAULT
-from .discover import find_trace_files
+from .discover import find_trace_files, no_traces
 from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
@@ -331,10 +331,12 @@ def load(
     groups_paths: list[tuple[int | None, list[str]]]
     if isinstance(path, (str, os.PathLike)):
         source = str(path)
-        files = find_trace_files(path)
+        passed_over: list[tuple[str, str]] = []
+        files = find_trace_files(path, passed_over)
         if not files:
-            raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
+            raise no_traces(source, passed_over)
         plan, bad = plan_folder(files, config)
+        skipped.extend(Skipped(file=f, reason=r) for f, r in passed_over)
         skipped.extend(bad)
         skipped.extend(plan.skipped)
         chosen = select_run(plan, run, source)

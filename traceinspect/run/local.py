@@ -17,6 +17,7 @@ from ..analyze.rank import RankAnalysis, analyze_rank
 from ..diagnose.engine import Report, finish
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError
+from ..load.discover import no_traces
 from ..load.reader import ProgressFn, find_trace_files, group_by_rank, load
 from .pool import process_pool, worker_count
 from ..load.trace import Skipped
@@ -46,12 +47,14 @@ def _world(ranks: list[RankAnalysis]) -> int | None:
 
 def plan(path, config: Config, run: int | None = None, resolve: bool = False):
     """The chosen run's (rank, files) groups, the files no run holds, and the report's ``runs`` object."""
-    files = find_trace_files(path)
+    passed_over: list[tuple[str, str]] = []
+    files = find_trace_files(path, passed_over)
     if not files:
-        raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
+        raise no_traces(path, passed_over)
     if resolve:
         files = [f.resolve() for f in files]
-    return group_by_rank(files, config, run, str(path))
+    groups, skipped, runs = group_by_rank(files, config, run, str(path))
+    return groups, [Skipped(file=f, reason=r) for f, r in passed_over] + skipped, runs
 
 
 def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: Config) -> Report:
