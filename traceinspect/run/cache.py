@@ -22,11 +22,11 @@ source file the cached stage imports, found by walking the imports: ``code_diges
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import io
 import os
+import re
 import stat
 import sys
 from dataclasses import replace
@@ -131,36 +131,44 @@ def identity(path: Path) -> str:
     return f"{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{h.hexdigest()}"
 
 
-def _module_file(pkg: Path, parts: list[str]) -> Path | None:
-    base = pkg.joinpath(*parts)
-    for f in (base.with_suffix(".py"), base / "__init__.py"):
-        if f.is_file():
-            return f
-    return None
+def _modules(pkg: Path) -> dict[tuple[str, ...], Path]:
+    """Dotted name (as parts, the package's own name left out) -> source file, for every module of ``pkg``."""
+    out = {}
+    for f in pkg.rglob("*.py"):
+        parts = f.relative_to(pkg).with_suffix("").parts
+        out[parts[:-1] if parts[-1] == "__init__" else parts] = f
+    return out
 
 
-def _imports(pkg: Path, f: Path) -> set[Path]:
+# Import statements, read as text (faster than parsing; one inside a docstring only adds a file to the key).
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.+[\w.]*|traceinspect\b[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]*)", re.M)
+
+
+def _imports(pkg: Path, f: Path, modules: dict[tuple[str, ...], Path]) -> set[Path]:
     """The package's own source files that ``f`` imports (anywhere in it, functions included)."""
-    here = list(f.relative_to(pkg).with_suffix("").parts)
-    package = here[:-1]
+    package = list(f.relative_to(pkg).parts[:-1])
+    text = f.read_text(encoding="utf-8", errors="replace")
+    targets: list[list[str]] = []
+    for m in _IMPORT.finditer(text):
+        names = [n.split()[0] for n in m.group(1).split(",") if n.strip()]
+        targets += [n.split(".")[1:] for n in names if n.split(".")[0] == pkg.name]
+    for m in _FROM.finditer(text):
+        module, names = m.group(1), m.group(2).strip("() \n")
+        dots = len(module) - len(module.lstrip("."))
+        if dots:
+            rest = module[dots:]
+            base = package[: len(package) - dots + 1] + (rest.split(".") if rest else [])
+        else:
+            base = module.split(".")[1:]
+        targets.append(base)
+        targets += [base + [n.split()[0]] for n in names.replace("\n", " ").split(",") if n.split()]
     found: set[Path] = set()
-    for node in ast.walk(ast.parse(f.read_bytes())):
-        targets: list[list[str]] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name.split(".")[1:] for a in node.names if a.name.split(".")[0] == pkg.name]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
-            elif node.module and node.module.split(".")[0] == pkg.name:
-                base = node.module.split(".")[1:]
-            else:
-                continue
-            targets = [base] + [base + [a.name] for a in node.names]
-        for t in targets:
-            for i in range(len(t) + 1):  # importing a.b runs a/__init__.py first
-                m = _module_file(pkg, t[:i])
-                if m is not None:
-                    found.add(m)
+    for t in targets:
+        for i in range(len(t) + 1):  # importing a.b runs a/__init__.py first
+            m = modules.get(tuple(t[:i]))
+            if m is not None:
+                found.add(m)
     return found
 
 
@@ -168,18 +176,24 @@ def _closure(pkg: Path, start: str, within: tuple[str, ...] | None) -> list[Path
     """Every module of the sub-package ``start``, every module they import, and so on; a package reached is taken
     whole (its modules may be loaded by name, as the rule registry does). With ``within``, imports are followed
     only into those sub-packages and the top-level modules (a stage's own layer and the ones below it)."""
-    todo = sorted(pkg.joinpath(start).rglob("*.py"))
+    modules = _modules(pkg)
+    key = {f: k for k, f in modules.items()}
+    todo = [f for k, f in modules.items() if k[:1] == (start,)]
     seen: set[Path] = set()
+    whole: set[tuple[str, ...]] = set()
     while todo:
         f = todo.pop()
         if f in seen:
             continue
         seen.add(f)
-        for m in _imports(pkg, f):
-            parts = m.relative_to(pkg).parts
-            if within is not None and len(parts) > 1 and parts[0] not in within:
+        for m in _imports(pkg, f, modules) - seen:
+            k = key[m]
+            if within is not None and m.parent != pkg and k[0] not in within:
                 continue
-            todo += sorted(m.parent.rglob("*.py")) if m.name == "__init__.py" and m.parent != pkg else [m]
+            todo.append(m)
+            if m.name == "__init__.py" and k and k not in whole:
+                whole.add(k)
+                todo += [g for j, g in modules.items() if j[:len(k)] == k]
     return sorted(seen)
 
 
