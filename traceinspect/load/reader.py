@@ -15,7 +15,7 @@ from typing import Iterable
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
 from .assemble import assemble as _assemble, group_results as _group_by_rank
-from .discover import find_trace_files
+from .discover import find_trace_files, no_traces
 from .files import FileResult, decode_file, decode_files  # noqa: F401  (re-exported: the reader's API)
 from .peek import peek
 from .runs import RunPlan, plan_runs, runs_dict
@@ -74,10 +74,12 @@ def load(
     groups_paths: list[tuple[int | None, list[str]]]
     if isinstance(path, (str, os.PathLike)):
         source = str(path)
-        files = find_trace_files(path)
+        passed_over: list[tuple[str, str]] = []
+        files = find_trace_files(path, passed_over)
         if not files:
-            raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
+            raise no_traces(source, passed_over)
         plan, bad = plan_folder(files, workers)
+        skipped.extend(Skipped(file=f, reason=r) for f, r in passed_over)
         skipped.extend(bad)
         skipped.extend(plan.skipped)
         chosen = select_run(plan, run, source)
