@@ -119,6 +119,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         from .runs import report_all_runs
 
         return report_all_runs(click.get_current_context(), report)
+    from ..render import sections
     from ..render.text import render_text
     from ..run import report_folder
 
@@ -126,8 +127,8 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
-    for s in d["skipped"]:
-        click.echo(f"traceinspect: skipped {s['file']}: {s['reason']}", err=True)
+    for line in sections.skipped(d):
+        click.echo(f"traceinspect: skipped {line}", err=True)
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
     if json_path:
@@ -160,7 +161,7 @@ def _fail_on(d: dict, level: str) -> None:
     for f in tripped:
         at = f.get("time_at_stake_us")
         stake = f", {at / 1000:.2f} ms/step at stake" if at else ""
-        click.echo(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}", err=True)
+        click.echo(_shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
     raise SystemExit(EXIT_FINDING)
 
 
@@ -321,6 +322,13 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _shown(message: str) -> str:
+    """A message that may hold a path or a name: one line, control characters visible (``render.safe``)."""
+    from ..render.safe import path
+
+    return path(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting (for tests and embedding)."""
     try:
@@ -331,10 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("traceinspect: aborted", err=True)
         return EXIT_INPUT
     except click.ClickException as exc:
-        click.echo(f"traceinspect: {exc.format_message()}", err=True)
+        click.echo(_shown(f"traceinspect: {exc.format_message()}"), err=True)
         return EXIT_INPUT
     except TraceInspectError as exc:
-        click.echo(f"traceinspect: {exc}", err=True)
+        click.echo(_shown(f"traceinspect: {exc}"), err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("traceinspect: interrupted", err=True)
