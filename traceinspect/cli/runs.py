@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from .options import workers_for
 from .output import STDOUT, check_targets, make_out_dir
 
 
@@ -24,6 +25,7 @@ def report_all_runs(ctx: click.Context, command) -> None:
     from ..run.local import plan
 
     params = dict(ctx.params)
+    params["workers"] = workers_for(params["workers"])  # capped (and said) once, not once per run
     for key, flag in (("json_path", "--json"), ("md_path", "--markdown"), ("html_path", "--html")):
         if params.get(key) == STDOUT:
             raise UsageError(f"--all-runs writes one report per run: give {flag} a file name, not '-'")
