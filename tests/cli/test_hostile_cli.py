@@ -254,8 +254,10 @@ def test_html_and_markdown_to_stdout(tmp_path):
     assert html.returncode == 0, html.stderr
     assert html.stdout.lstrip().lower().startswith("<!doctype html") and html.stdout.rstrip().endswith("</html>")
     md = run_cli("report", SMALL, "--no-cache", "--markdown", "-", cwd=tmp_path)
-    assert md.returncode == 0 and md.stdout.startswith("#") and "ProfilerStep" not in md.stdout[:1]
+    assert md.returncode == 0, md.stderr
     assert not (tmp_path / "-").exists()
+    to_file = run_cli("report", SMALL, "--no-cache", "-q", "--markdown", tmp_path / "r.md")
+    assert to_file.returncode == 0 and md.stdout == (tmp_path / "r.md").read_text()  # the document, nothing else
     both = run_cli("report", SMALL, "--no-cache", "--html", "-", "--json", "-")
     assert both.returncode == 2 and "stdout" in one_line(both.stderr)
 

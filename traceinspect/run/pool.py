@@ -7,7 +7,8 @@ Workers die with their parent. On Linux the kernel kills each one when the paren
 included: ``prctl(PR_SET_PDEATHSIG)``); everywhere a thread in each worker checks its parent once a second and
 ends the worker when the parent is gone. A pool left by an exception (SIGTERM, which the CLI turns into one, or
 Ctrl-C) kills its workers at once instead of waiting for their tasks, so no work goes on and no cache entry is
-written after the parent stopped.
+written after the parent stopped. (The kernel's signal follows the thread that started a worker: a pool here lives
+within one call of the thread that made it.)
 """
 
 from __future__ import annotations
