@@ -99,7 +99,7 @@ def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(),
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (decode and analyse everything).")
 @click.option("--cache-dir", metavar="DIR", help="Cache folder (default: $TRACEINSPECT_CACHE_DIR or the user cache).")
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="Change a threshold, e.g. --set pageable_share_warning=0.05 (repeatable; see `explain RULE`).")
+              help="Change a threshold, e.g. --set host_sync_share_warning=0.1 (repeatable; see `explain RULE`).")
 @click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
@@ -271,7 +271,7 @@ def explain(rule_id, settings) -> None:
     it reads with their current values."""
     import textwrap
 
-    from ..config import Config, field_comments
+    from ..config import Config, reason
     from ..diagnose import all_rules, doc_of, get_rule, thresholds_of
 
     mod = get_rule(rule_id)
@@ -282,16 +282,15 @@ def explain(rule_id, settings) -> None:
     from ..render.text import rst_text
 
     click.echo(rst_text(doc_of(mod)))
-    names = thresholds_of(mod)
+    names = thresholds_of(mod)  # what the rule declares it reads (its detection's, then its claim's)
     if names:
         click.echo("\nThresholds (change with `traceinspect report DIR --set NAME=VALUE`):")
-        notes = field_comments()
         for n in names:
             value, was = getattr(chosen, n), getattr(default, n)
             changed = "" if value == was else f" (default {was})"
             click.echo(f"  {n} = {value}{changed}")
-            if notes.get(n):
-                click.echo(textwrap.fill(notes[n], 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            if reason(n):
+                click.echo(textwrap.fill(reason(n), 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
 
 
 @cli.command()
