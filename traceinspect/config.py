@@ -214,7 +214,7 @@ REMOVED = {
        for name in ("pageable_share_warning", "gradscaler_share_warning", "optimizer_share_warning",
                     "tc_alignment_narrow_share")},
     "ddp_bucket_cap_bytes": "it only echoed DDP's default bucket cap (25 MiB) into the evidence",
-    "small_bucket_target_buckets": "small-buckets' recommended cap aims at 6 buckets per round, a constant of the "
+    "small_bucket_target_buckets": "the recommended bucket cap aims at 6 buckets per round, a constant of the "
                                    "rule (4-8 keep the first all-reduces overlapping backward)",
 }
 
