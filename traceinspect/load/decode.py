@@ -18,6 +18,7 @@ import msgspec
 from ..errors import TraceFileError
 from .columns import NUM_COLS, RAW_COLS, STR_COLS, columns_from_events, columns_from_tagged  # noqa: F401
 from .compressed import _first_line, iter_bytes  # noqa: F401 - iter_bytes is part of this module's interface
+from .limits import DEFAULT_LIMITS, Limits
 from .layout import (PIECE_BYTES, _EVENTS_KEY, Layout, _detect_layout, _split_whole, decode_meta,  # noqa: F401
                      plan_ranges, read_pieces)  # (the file's layout and pieces: part of this module's interface)
 
@@ -146,9 +147,12 @@ def meta_events(events_json: bytes) -> list[_MetaEvent]:
     return [e for e in msgspec.json.decode(events_json, type=list[_MetaEvent]) if e.ph == "M"]
 
 
-def decode_whole(path: str) -> tuple[dict, dict, int]:
-    """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes)."""
-    data = b"".join(iter_bytes(path))
+def decode_whole(path: str, *, limits: Limits = DEFAULT_LIMITS) -> tuple[dict, dict, int]:
+    """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes).
+
+    The text is held once (the events are decoded where they lie in it, not copied out): a plain file costs its
+    size, a compressed one at most its inflate cap (``limits``)."""
+    data = b"".join(iter_bytes(path, limits=limits))
     text = data.lstrip()
     if not text:
         raise TraceFileError(path, "empty file")
@@ -160,13 +164,17 @@ def decode_whole(path: str) -> tuple[dict, dict, int]:
         parts = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError as exc:
         raise TraceFileError(path, f"invalid or truncated JSON ({_first_line(exc)})") from None
+    size = len(data)
+    del data, text  # the events' Raw keeps the text alive; nothing else needs it
     events = parts.pop("traceEvents", None)
     if events is None:
         raise TraceFileError(path, "not a Chrome trace (no 'traceEvents' array)")
-    if not bytes(events).lstrip().startswith(b"["):
+    with memoryview(events) as view:  # a Raw value starts at its first byte: no copy to look at it
+        first = bytes(view[:1])
+    if first != b"[":
         raise TraceFileError(path, "not a Chrome trace ('traceEvents' is not an array)")
     meta = {k: msgspec.json.decode(v) for k, v in parts.items()}
-    return decode_array(bytes(events)), meta, len(data)
+    return decode_array(events), meta, size
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, de
                      read_pieces)
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
 from . import meta as M, prefetch
+from .limits import DEFAULT_LIMITS, FinalFileError, Limits
 from .peek import peek
 from .runs import RunPlan, plan_runs, runs_dict
 from .trace import RankTrace, Skipped, Trace
@@ -67,27 +68,31 @@ def _concat_pieces(pieces: list[dict]) -> dict:
     return out
 
 
-def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
+def decode_file(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> FileResult:
     """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` when given),
     or, when the file is laid out otherwise (any other valid JSON), decoded whole, with the same result."""
     try:
-        return _decode_cut(path, pool, progress)
+        return _decode_cut(path, pool, progress, limits)
+    except FinalFileError:  # past a limit (load/limits.py): reading it whole would not get further
+        raise
     except (TraceFileError, ValueError, TypeError) as first:
         try:
-            cols, meta, nbytes = decode_whole(path)
+            cols, meta, nbytes = decode_whole(path, limits=limits)
         except TraceFileError as second:
             raise (first if isinstance(first, TraceFileError) else second) from None
         return FileResult(path=path, meta=meta, columns=cols, nbytes=nbytes)
 
 
-def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None) -> FileResult:
+def _decode_cut(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> FileResult:
     started = prefetch.take(path)
     if started is not None:  # its pieces are being decoded already (load/prefetch.py)
         return _decode_planned(path, started[0], None, progress, started[1])
-    plan = plan_ranges(path)
+    plan = plan_ranges(path, limits=limits)
     if plan is not None:
         return _decode_planned(path, plan, pool, progress)
-    pieces_iter, info = read_pieces(path)
+    pieces_iter, info = read_pieces(path, limits=limits)
     results: list = []
     inflight: list[Future] = []
     limit = 2 * (pool._max_workers if pool is not None else 1)  # noqa: SLF001 - a public-enough attribute
@@ -138,11 +143,11 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120]
 
 
-def _decode_file_task(path: str, pool: ProcessPoolExecutor | None = None,
-                      progress: ProgressFn | None = None) -> FileResult | TraceFileError:
+def _decode_file_task(path: str, pool: ProcessPoolExecutor | None = None, progress: ProgressFn | None = None,
+                      limits: Limits = DEFAULT_LIMITS) -> FileResult | TraceFileError:
     """Decode one file; every failure becomes a TraceFileError value naming the file (never a crash)."""
     try:
-        return decode_file(path, pool, progress)
+        return decode_file(path, pool, progress, limits)
     except TraceFileError as exc:
         return exc
     except MemoryError:
@@ -206,7 +211,8 @@ def _group_by_rank(results: list[FileResult]) -> list[tuple[int, list[FileResult
     return sorted(by_rank.items())
 
 
-def _assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrace], list[Skipped]]:
+def _assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAULT.max_world_size
+              ) -> tuple[list[RankTrace], list[Skipped]]:
     """One RankTrace per (rank, files); several files of one rank are successive active windows."""
     import pandas as pd
 
@@ -248,13 +254,13 @@ def _assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrac
         ranks.append(
             RankTrace(
                 rank=r,
-                world_size=M.world_of(first.meta),
+                world_size=M.world_of(first.meta, max_world),
                 files=[f.path for f in frs_used],
                 events=events,
                 base_ns=base,
                 device_name=name,
                 compute_capability=cc,
-                distributed=M.distributed(first.meta),
+                distributed=M.distributed(first.meta, max_world),
                 metadata=M.capture_meta(first.meta),
                 windows=len(frs_used),
             )
@@ -267,16 +273,17 @@ def _assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrac
 def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressFn | None = None):
     """Decode many files, in parallel; yields FileResult or TraceFileError per path (in input order)."""
     n = _workers(config)
+    limits = Limits.of(config)
     if not paths:
         return []
     if n <= 1:
-        return [_decode_file_task(p, None, progress) for p in paths]
+        return [_decode_file_task(p, None, progress, limits) for p in paths]
     sizes = [os.path.getsize(p) for p in paths]
     out: list = [None] * len(paths)
     with _pool(n) as pool:
         if len(paths) >= n:
             # Enough files to keep every core busy: one file per worker task.
-            futs = {pool.submit(_decode_file_task, p): i for i, p in enumerate(paths)}
+            futs = {pool.submit(_decode_file_task, p, None, None, limits): i for i, p in enumerate(paths)}
             for fut, i in futs.items():
                 out[i] = fut.result()
                 if progress:
@@ -284,7 +291,7 @@ def decode_files(paths: list[str], config: Config = DEFAULT, progress: ProgressF
         else:
             # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
             for i, p in enumerate(paths):
-                out[i] = _decode_file_task(p, pool, progress)
+                out[i] = _decode_file_task(p, pool, progress, limits)
     return out
 
 
@@ -295,11 +302,12 @@ def plan_folder(files: list, config: Config = DEFAULT) -> tuple[RunPlan, list[Sk
     """
     paths = [str(f) for f in files]
     n = min(_workers(config), len(paths))
+    limits = [Limits.of(config)] * len(paths)
     if n > 1:
         with _pool(n) as pool:
-            facts = list(pool.map(peek, paths))
+            facts = list(pool.map(peek, paths, limits))
     else:
-        facts = [peek(p) for p in paths]
+        facts = list(map(peek, paths, limits))
     bad = [Skipped(file=f.path, reason=f.error) for f in facts if f.error is not None]
     return plan_runs(facts), bad
 
@@ -363,7 +371,7 @@ def load(
         if not frs:
             continue
         groups.extend([(r, frs)] if r is not None else _group_by_rank(frs))
-    ranks, more_skipped = _assemble(groups)
+    ranks, more_skipped = _assemble(groups, config.max_world_size)
     skipped.extend(more_skipped)
     worlds = [r.world_size for r in ranks if r.world_size]
     world = max(worlds) if worlds else None

@@ -215,6 +215,7 @@ def run_dict(r: Run, selected: bool) -> dict:
         "clock": clock,
         "processes": [{"rank": p.rank, "pid": p.pid, "host": p.host, "files": p.files} for p in r.processes],
         "other_devices": sorted({d for p in r.processes for w in p.windows for d in w.other_devices}),
+        "notes": [n for p in r.processes for w in p.windows for n in w.notes],  # e.g. an implausible world size
     }
 
 
@@ -230,7 +231,7 @@ def runs_dict(plan: RunPlan, chosen: Run) -> dict:
         "summary": summary_line(plan, chosen),
         # Whether the text report shows the summary: more than one run, windows, copies or unmodelled devices.
         "notable": bool(others or plan.skipped or any(len(p.windows) > 1 for p in chosen.processes)
-                        or run_dict(chosen, True)["other_devices"]),
+                        or run_dict(chosen, True)["other_devices"] or run_dict(chosen, True)["notes"]),
     }
 
 
@@ -252,6 +253,9 @@ def summary_line(plan: RunPlan, chosen: Run) -> str:
     devices = run_dict(chosen, True)["other_devices"]
     if devices:
         line += f"; activity of devices the report does not model: {', '.join(devices)}"
+    notes = run_dict(chosen, True)["notes"]
+    if notes:
+        line += "; " + "; ".join(notes[:2]) + (f" (+{len(notes) - 2} more such notes)" if len(notes) > 2 else "")
     others = [r for r in plan.runs if r is not chosen]
     if others:
         earlier = sum(r.index < chosen.index for r in others)
