@@ -59,11 +59,17 @@ def write_trace(doc: dict, dst: Path) -> Path:
     return dst
 
 
+# Address space the measured command may take: a regression fails its test instead of taking the machine (a
+# world size of 10^9 once took 21 GB). Reports of the test folders take well under 1 GB of it.
+ADDRESS_SPACE = 4 << 30
+
+
 def peak_rss(args: list[str], timeout: float = 600) -> tuple[int, subprocess.CompletedProcess]:
     """(peak resident bytes of any process ``args`` started, its completed process), measured in a fresh child so
     that nothing else this test session ran counts."""
     probe = ("import json, resource, subprocess, sys\n"
-             "p = subprocess.run(json.loads(sys.argv[1]), capture_output=True, text=True)\n"
+             f"cap = lambda: resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE}, {ADDRESS_SPACE}))\n"
+             "p = subprocess.run(json.loads(sys.argv[1]), capture_output=True, text=True, preexec_fn=cap)\n"
              "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
              "print(json.dumps([peak, p.returncode, p.stdout[-200000:], p.stderr[-20000:]]))\n")
     out = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], capture_output=True, text=True,

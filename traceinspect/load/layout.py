@@ -8,6 +8,7 @@ it whole (``decode.decode_whole``), with the same result.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Iterator
@@ -62,6 +63,34 @@ def _detect_layout(buf: bytes, path: str) -> tuple[Layout, int] | None:
         close = re.compile(re.escape(b"\n" + indent + b"}") + rb"\s*\]")
         return Layout(header, marker, close), start
     return Layout(header, None, None), start
+
+
+TOO_DEEP = "JSON nested too deeply to read (past the interpreter's recursion limit, about 1000 levels)"
+_NON_FINITE = re.compile(rb"\bNaN\b|\bInfinity\b")
+PYTHON_BYTES = 4 * PIECE_BYTES  # text read by the standard library at most: its objects take ~10x the text
+
+
+def python_json(text):
+    """Text msgspec refuses that Python's reader takes, read by it: JSON with ``NaN`` / ``Infinity`` literals,
+    which ``json.dumps`` writes for non-finite floats; None for anything else (or text above ``PYTHON_BYTES``)."""
+    with memoryview(text) as view:
+        if view.nbytes > PYTHON_BYTES:
+            return None
+    raw = bytes(text)
+    if not _NON_FINITE.search(raw):
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def one_events_array(text, path: str) -> None:
+    """A document with the ``traceEvents`` key twice is refused: JSON readers keep the last, a reader that cuts
+    the file the first, so which events are meant is unknown (keys elsewhere repeated: the last wins)."""
+    found = _EVENTS_KEY.finditer(text)
+    if next(found, None) is not None and next(found, None) is not None:
+        raise TraceFileError(path, "the 'traceEvents' key appears twice: which array holds the events is unknown")
 
 
 def read_pieces(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = DEFAULT_LIMITS
@@ -155,6 +184,8 @@ def _split_whole(header: bytes, rest: bytes, path: str) -> tuple[bytes, bytes]:
             raw = msgspec.json.decode(b"[" + rest, type=msgspec.Raw)
             return bytes(raw).strip()[1:-1], b""
         parts = msgspec.json.decode(header + b"[" + rest, type=dict[str, msgspec.Raw])
+    except RecursionError:
+        raise TraceFileError(path, TOO_DEEP) from None
     except msgspec.DecodeError as exc:
         raise TraceFileError(path, f"invalid or truncated JSON ({exc})") from None
     events = bytes(parts.pop("traceEvents")).strip()[1:-1]
@@ -168,10 +199,16 @@ def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
     """The trace object's own keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...)."""
     if not header:
         return {}
+    text = header + b"[]" + trailer
+    one_events_array(text, path)
     try:
-        meta = msgspec.json.decode(header + b"[]" + trailer)
+        meta = msgspec.json.decode(text)
+    except RecursionError:
+        raise TraceFileError(path, TOO_DEEP) from None
     except msgspec.DecodeError:
-        raise TraceFileError(path, "truncated or invalid JSON after the traceEvents array") from None
+        meta = python_json(text)
+        if meta is None:
+            raise TraceFileError(path, "truncated or invalid JSON after the traceEvents array") from None
     if not isinstance(meta, dict):
         raise TraceFileError(path, "not a Chrome trace object")
     meta.pop("traceEvents", None)

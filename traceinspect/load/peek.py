@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import TraceFileError
 from . import meta as M
 from .columns import step_number
+from .compressed import _first_line
 from .decode import _EVENTS_KEY, _detect_layout, decode_meta, decode_piece, decode_whole, iter_bytes
 from .limits import DEFAULT_LIMITS, FinalFileError, Limits, no_nul
 
@@ -94,7 +95,7 @@ def peek(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> FileFacts:
         facts.error = exc.reason
         return facts
     except Exception as exc:  # noqa: BLE001 - a file we cannot peek is decided on by its full decode later
-        facts.error = f"could not be read ({type(exc).__name__})"
+        facts.error = f"could not be read ({type(exc).__name__}: {_first_line(exc)})"
         return facts
     if not any(p["n"] for p in parts):
         facts.error = "no usable trace events (no complete 'X' events of a known kind)"
