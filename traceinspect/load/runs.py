@@ -199,6 +199,12 @@ def _iso(ns: float | None) -> str | None:
 
 
 def run_dict(r: Run, selected: bool) -> dict:
+    d = _run_dict(r, selected)
+    notes = [n for p in r.processes for w in p.windows for n in w.notes]  # e.g. an implausible world size
+    return {**d, "notes": notes} if notes else d  # the key only where there are notes (reports stay as they were)
+
+
+def _run_dict(r: Run, selected: bool) -> dict:
     windows = [len(p.windows) for p in r.processes]
     clock = "relative" if any(w.clock == "relative" for p in r.processes for w in p.windows) else "absolute"
     return {
@@ -215,7 +221,6 @@ def run_dict(r: Run, selected: bool) -> dict:
         "clock": clock,
         "processes": [{"rank": p.rank, "pid": p.pid, "host": p.host, "files": p.files} for p in r.processes],
         "other_devices": sorted({d for p in r.processes for w in p.windows for d in w.other_devices}),
-        "notes": [n for p in r.processes for w in p.windows for n in w.notes],  # e.g. an implausible world size
     }
 
 
@@ -231,7 +236,7 @@ def runs_dict(plan: RunPlan, chosen: Run) -> dict:
         "summary": summary_line(plan, chosen),
         # Whether the text report shows the summary: more than one run, windows, copies or unmodelled devices.
         "notable": bool(others or plan.skipped or any(len(p.windows) > 1 for p in chosen.processes)
-                        or run_dict(chosen, True)["other_devices"] or run_dict(chosen, True)["notes"]),
+                        or run_dict(chosen, True)["other_devices"] or run_dict(chosen, True).get("notes")),
     }
 
 
@@ -253,7 +258,7 @@ def summary_line(plan: RunPlan, chosen: Run) -> str:
     devices = run_dict(chosen, True)["other_devices"]
     if devices:
         line += f"; activity of devices the report does not model: {', '.join(devices)}"
-    notes = run_dict(chosen, True)["notes"]
+    notes = run_dict(chosen, True).get("notes")
     if notes:
         line += "; " + "; ".join(notes[:2]) + (f" (+{len(notes) - 2} more such notes)" if len(notes) > 2 else "")
     others = [r for r in plan.runs if r is not chosen]
