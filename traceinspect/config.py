@@ -184,6 +184,22 @@ class Config:
     # `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.
     util_window_us: float = 100_000.0
 
+    # --- limits: what one trace file may cost (docs/folders.md, "Limits") --------------------------------------
+    # A file past a limit is skipped with a one-line reason naming the limit; the other files still report.
+    # A compressed trace may inflate to at most this many times its size on disk. Kineto's JSON compresses 10-25x
+    # (46x the most repetitive capture in fixtures/, a CUDA-graph replay); a gzip of whitespace or of one event
+    # repeated reaches ~1000x: a decompression bomb, which would otherwise cost memory without bound.
+    max_inflate_ratio: float = 200.0
+    # ... but any compressed file may inflate to this many bytes (a small file's ratio says little).
+    min_inflate_cap_bytes: int = 64 << 20
+    # Text without an event boundary (one event, or what follows the last one) past this many bytes stops a file
+    # read in pieces: the largest events are a few MB (a kernel name of a MB is hostile already); beyond that the
+    # reader would hold text it cannot cut, however long.
+    max_event_bytes: int = 64 << 20
+    # A world size in a trace's metadata above this is implausible (the largest training jobs run on ~10^5
+    # GPUs): it is read as unknown, with a one-line note, so missing ranks are never counted up to it.
+    max_world_size: int = 1 << 20
+
     def with_overrides(self, **kw) -> "Config":
         known = {f.name for f in fields(self)}
         bad = sorted(set(kw) - known)
@@ -202,6 +218,8 @@ class Config:
 
 # Settings ``--set`` may change: the thresholds. Where and how to run have their own options (--workers, ...).
 _NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler", "run")
+# The limits bound what reading costs; they are no rule's threshold (raise one with Config(...) in the Python API).
+_NOT_SETTABLE += ("max_inflate_ratio", "min_inflate_cap_bytes", "max_event_bytes", "max_world_size")
 # Settings that no longer exist, and what replaced them: a finding's severity comes from the time it claims, on
 # one scale for every rule (docs/findings.md), so the rules' own severity lines did nothing.
 _BY_CLAIM = "severity comes from the time a finding claims"
