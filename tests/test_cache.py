@@ -18,7 +18,7 @@ import pytest
 
 from traceinspect.cli.main import main
 from traceinspect.config import Config
-from traceinspect.run import cache, report_folder
+from traceinspect.run import cache, cache_store, cache_tables, report_folder
 
 from public_traces import DIFF_CONTROL, need, only_file
 
@@ -102,7 +102,7 @@ def test_crafted_cache_entries_are_refused_not_executed(tmp_path):
     cache_dir = tmp_path / "cache"
     good = _report_json(folder, "--no-cache")
     assert _report_json(folder, "--cache-dir", str(cache_dir)) == good
-    entries = sorted(p for p in cache_dir.rglob("*") if p.is_file() and p.name != "CACHEDIR.TAG")
+    entries = sorted(p for p in cache_dir.rglob("*") if cache_store.ENTRY.fullmatch(p.name))
     assert {p.name.split("-")[0] for p in entries} == {"cols", "rank", "report"}
     marker = tmp_path / "pwned"
     payload = pickle.dumps(Marker(marker))
@@ -148,30 +148,36 @@ def test_extension_typed_parquet_is_refused():
         buf = io.BytesIO()
         papq.write_table(pa.table({"x": arr}), buf)
         with pytest.raises(ValueError, match="extension type refused"):
-            cache._safe_table(buf.getvalue())
+            cache_tables.safe_table(buf.getvalue(), 10, 10**6)
     finally:
         pa.unregister_extension_type("traceinspect.test.tagged")
 
 
 def test_size_cap_evicts_least_recently_used(tmp_path):
-    cfg = Config(cache_dir=str(tmp_path), cache_max_bytes=2500)
+    entry = 1000 + cache_store._HEADER  # the payload and its seal
+    cfg = Config(cache_dir=str(tmp_path), cache_max_bytes=2 * entry + 500)
     d = tmp_path / f"v{cache.FORMAT}"
-    for i, name in enumerate(("a", "b")):
+    for name in ("a", "b"):  # "a" written before "b"
         cache._write(cfg, f"report-{name}.json", bytes(1000))
-        os.utime(d / f"report-{name}.json", ns=(10**18 + i, 10**18 + i))  # "a" written before "b"
     assert cache._read(cfg, "report-a.json") == bytes(1000)  # "a" used since: "b" is now the least recent
-    cache._write(cfg, "report-c.json", bytes(1000))  # 3000 bytes > the cap
-    left = sorted(p.name for p in d.iterdir())
+    cache._write(cfg, "report-c.json", bytes(1000))  # 3 entries > the cap
+    left = sorted(p.name for p in d.iterdir() if cache_store.ENTRY.fullmatch(p.name))
     assert left == ["report-a.json", "report-c.json"]
-    assert sum((d / n).stat().st_size for n in left) <= 2500
+    assert sum((d / n).stat().st_size for n in left) <= cfg.cache_max_bytes
 
 
-def test_cache_dir_inside_the_trace_folder_is_not_read_as_traces(tmp_path):
+def test_cache_dir_in_or_at_the_trace_folder_is_refused_and_the_traces_are_found(tmp_path, capfd):
+    """--cache-dir at the trace folder itself or inside it: the traces are found, the report is the uncached one,
+    the folder is left byte for byte as it was, and stderr says in one line that the cache was not used."""
     folder = _copy_fixture(tmp_path / "traces")
-    first = _report_json(folder, "--cache-dir", str(folder / "cache"))
-    assert (folder / "cache" / "CACHEDIR.TAG").exists()
-    assert _report_json(folder, "--cache-dir", str(folder / "cache")) == first
-    assert _report_json(folder, "--no-cache") == first
+    first = _report_json(folder, "--no-cache")
+    before = snapshot(folder)
+    for cache_dir in (folder, folder / "cache"):
+        capfd.readouterr()
+        assert _report_json(folder, "--cache-dir", str(cache_dir)) == first
+        err = capfd.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("traceinspect: cache not used:") and str(folder) in err[0], err
+        assert snapshot(folder) == before
 
 
 def test_cached_report_imports_no_pandas(tmp_path):

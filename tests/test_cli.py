@@ -138,15 +138,17 @@ def test_golden_text_and_json(folder, tmp_path):
 
 def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     need(DIFF_CONTROL)
-    shutil.copy(only_file(DIFF_CONTROL), tmp_path / "rank3.json.gz")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    shutil.copy(only_file(DIFF_CONTROL), traces / "rank3.json.gz")
     cache = tmp_path / "cache"
-    first = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
+    first = run_cli("report", traces, "--width", "120", "--cache-dir", cache)
     assert first.returncode == 0
     assert list(cache.rglob("report-*.json")) and list(cache.rglob("rank-*.json"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "rank3.json.gz"]
-    second = run_cli("report", tmp_path, "--width", "120", "--cache-dir", cache)
+    assert sorted(p.name for p in traces.iterdir()) == ["rank3.json.gz"]
+    second = run_cli("report", traces, "--width", "120", "--cache-dir", cache)
     assert second.stdout == first.stdout
-    nocache = run_cli("report", tmp_path, "--width", "120", "--no-cache")
+    nocache = run_cli("report", traces, "--width", "120", "--no-cache")
     assert nocache.stdout == first.stdout
     # A changed file invalidates the cache (size + mtime key): the skipped file shows up.
     (tmp_path / "rank0.json").write_text("{")

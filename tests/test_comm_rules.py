@@ -99,11 +99,11 @@ def _steps(raw):
 
 @pytest.mark.parametrize("mod", [small_buckets, sync_every_microstep, exposed_comm, straggler])
 def test_rule_modules_are_documented(mod):
-    assert get_rule(mod.ID) is mod
+    assert get_rule(mod.RULE.id) is mod.RULE
     doc = mod.__doc__
     for part in ("**Detects**", "**Condition**", "**Why it matters**", "**Fix**"):
-        assert part in doc, (mod.ID, part)
-    assert mod.TITLE
+        assert part in doc, (mod.RULE.id, part)
+    assert mod.RULE.title and mod.RULE.doc == doc.strip()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_small_buckets_public_trace_quiet_by_default_and_recommends_when_thresho
     rep = analyze(load(f, NOCACHE), NOCACHE)
     assert not findings(rep, "small-buckets")  # 5 buckets of 8-31 MB: not small
     cfg = NOCACHE.with_overrides(small_bucket_min_count=4, small_bucket_bytes=64 * MIB)
-    (fd,) = small_buckets.check(rep, cfg)
+    (fd,) = small_buckets.RULE.check(rep, cfg)
     e = fd.evidence["per_rank"][0]
     grad = sum(sizes)
     assert e["grad_bytes_per_round"] == grad == 102228128
@@ -274,8 +274,8 @@ def test_exposed_comm_public_trace_threshold_and_evidence():
     else:
         assert not fs
     # decision boundary: just above / below the measured share
-    assert exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
-    assert not exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 1.01))
+    assert exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
+    assert not exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 1.01))
 
 
 def test_exposed_comm_on_hta_ddp_is_below_threshold_with_its_tail():
@@ -286,7 +286,7 @@ def test_exposed_comm_on_hta_ddp_is_below_threshold_with_its_tail():
     assert share < 0.10
     rep = analyze(load(f, NOCACHE), NOCACHE)
     assert not findings(rep, "exposed-comm")
-    (fd,) = exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
+    (fd,) = exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
     e = fd.evidence["per_rank"][0]
     assert e["tail_us_per_step"] == pytest.approx(float(np.mean(rep.ranks[0].steps["comm_tail_us"])))
     assert 0 < e["tail_us_per_step"] < e["exposed_comm_us_per_step"]
@@ -297,7 +297,7 @@ def test_exposed_comm_subtracts_waiting_for_the_straggler(report):
     waits = {(w["rank"], w["step"]): w["wait_us"] for w in rep.cross_rank["wait"]}
     ra0 = next(r for r in rep.ranks if r.rank == 0)
     cfg = NOCACHE.with_overrides(comm_exposed_share_warning=0.0)
-    (fd,) = exposed_comm.check(rep, cfg)
+    (fd,) = exposed_comm.RULE.check(rep, cfg)
     e = next(x for x in fd.evidence["per_rank"] if x["rank"] == 0)
     w = np.array([waits[(0, int(s))] for s in ra0.steps["step"]])
     assert e["waiting_for_other_ranks_us_per_step"] == pytest.approx(float(w.mean()))

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import markupsafe
 import numpy as np
 import pytest
 
@@ -86,7 +87,7 @@ def test_html_control_report():
         body = text[text.index(f"id='finding-{f['id']}'"):]
         body = body[: body.index("</article>")]
         assert f">{f['severity']}</span>" in body
-        assert "<pre class=fix><code>" in body and f["fix"].splitlines()[0].replace("'", "&#x27;") in body
+        assert "<pre class=fix><code>" in body and str(markupsafe.escape(f["fix"].splitlines()[0])) in body
         assert "<table class=evidence>" in body or "<table class='evidence kv'>" in body
     # one embedded PNG per plot the report supports, each a real PNG
     figs = plots.figures(d, rep)

@@ -1,9 +1,17 @@
-"""Finding trace files under a folder (standard library only: the cached report path imports nothing heavy)."""
+"""Finding trace files under a folder (standard library only: the cached report path imports nothing heavy).
+
+Nothing is passed over without a word: a sub-folder that cannot be read, a file named like a trace that cannot be
+looked at, and traceinspect's own cache folders are each returned to the caller with a one-line reason (the report
+lists them in ``skipped``; ``--strict`` makes them fatal). A ``CACHEDIR.TAG`` alone hides nothing: only a folder
+whose tag holds exactly traceinspect's bytes is our cache, and only its version folders (``v4``, ...), where the
+entries are, are not read as traces.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from ..errors import NoUsableTraceError
@@ -13,23 +21,63 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")
 # Files we write ourselves or tools write next to traces; never traces.
 IGNORED_NAMES = re.compile(r"^(report\.json|.*\.report\.json|results\.json|diff\.json)$")
 CACHE_DIRNAME = ".traceinspect-cache"  # where older versions cached, inside the trace folder: never read
-# A folder holding this file is a cache (https://bford.info/cachedir/): traceinspect's own cache carries one, so a
-# --cache-dir inside a trace folder is never taken for traces.
+# The cache's marker (https://bford.info/cachedir/): the standard signature and our own line (run/cache_store.py
+# writes it; kept here too so that discovery imports nothing of the cache).
 CACHE_TAG = "CACHEDIR.TAG"
+OUR_TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# traceinspect's cache (https://bford.info/cachedir/)\n"
+CACHE_VERSION_DIR = re.compile(r"v\d+")
 
 
-def find_trace_files(path: str | os.PathLike) -> list[Path]:
-    """Every .json / .json.gz under ``path`` (recursively), or ``path`` itself if it is a file."""
+def is_our_cache(folder: str | os.PathLike) -> bool:
+    """``folder`` holds a regular ``CACHEDIR.TAG`` with exactly our bytes (a link, or another tool's tag, is not)."""
+    try:
+        fd = os.open(os.path.join(folder, CACHE_TAG), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(OUR_TAG) + 1) == OUR_TAG
+    finally:
+        os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def find_trace_files(path: str | os.PathLike, passed_over: list[tuple[str, str]] | None = None) -> list[Path]:
+    """Every trace file under ``path`` (recursively), or ``path`` itself if it is a file.
+
+    ``passed_over``, when given, receives ``(path, reason)`` for each folder or trace-named file not read.
+    """
     p = Path(path)
     if not p.exists():
         raise NoUsableTraceError(f"{p}: no such file or folder")
     if p.is_file():
         return [p]
+    out = passed_over if passed_over is not None else []
+
+    def unreadable(exc: OSError) -> None:
+        out.append((str(exc.filename), f"folder cannot be read ({_why(exc)})"))
+
     files = []
-    for root, dirs, names in os.walk(p):
-        if CACHE_TAG in names:
-            dirs[:] = []
-            continue
-        dirs[:] = [d for d in dirs if d != CACHE_DIRNAME]
+    for root, dirs, names in os.walk(p, onerror=unreadable):
+        if CACHE_TAG in names and is_our_cache(root):
+            for d in [d for d in dirs if CACHE_VERSION_DIR.fullmatch(d)]:
+                out.append((os.path.join(root, d), "traceinspect's cache folder, not traces"))
+                dirs.remove(d)
+        dirs[:] = sorted(d for d in dirs if d != CACHE_DIRNAME)
         files += [Path(root, n) for n in names if n.endswith(TRACE_SUFFIXES) and not IGNORED_NAMES.match(n)]
-    return sorted(f for f in files if f.is_file())
+    found = []
+    for f in sorted(files):
+        try:
+            if stat.S_ISREG(os.stat(f).st_mode):
+                found.append(f)
+        except OSError as exc:  # a link to nowhere, a file in a folder that can be listed but not entered
+            out.append((str(f), f"cannot be read ({_why(exc)})"))
+    return found
+
+
+def no_traces(path: str | os.PathLike, passed_over: list[tuple[str, str]]) -> NoUsableTraceError:
+    """The error for a folder without trace files, naming the first thing passed over (an unreadable folder...)."""
+    why = f" ({passed_over[0][0]}: {passed_over[0][1]})" if passed_over else ""
+    return NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found{why}")

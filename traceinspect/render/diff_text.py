@@ -1,16 +1,14 @@
 """The text of ``traceinspect diff`` (and of ``demo``), from the diff document (``report.diff.diff_reports``).
 
-Formatting only: every number comes from the diff dict.
+Formatting only: every number comes from the diff dict. Printed as rich ``Text``, never markup (``text.plain``).
 """
 
 from __future__ import annotations
 
 import io
 
-from . import format as fmt
+from . import format as fmt, safe
 from .vocabulary import LABELS
-
-
 
 _ms = fmt.ms_num
 
@@ -48,30 +46,30 @@ def _verdict(row: dict, wall: bool) -> tuple[str, str]:
 
 
 def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from .text import console_for, plain
+
     buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                  highlight=False, soft_wrap=False)
+    con = console_for(buf, width, color)
     con.print(Text("traceinspect diff", style="bold"))
     for side in ("base", "new"):
         s = dd[side]
         steps = ", ".join(f"rank {r}: {fmt.count(n, 'step')}" for r, n in s["steps"].items()) or "no ranks"
-        con.print(f"{side:4s}: {s['source']} ({steps})")
+        con.print(plain(f"{side:4s}: {safe.path(s['source'])} ({steps})"))
     o = dd.get("overall")
     if o and o.get("delta_us") is not None:
         v, style = _verdict(o, True)
         line = Text("Step time (slowest rank): ", style="bold")
-        line.append(f"{_ms(o['base']['mean_us'])} ms (rank {o['base_rank']}) -> {_ms(o['new']['mean_us'])} ms "
-                     f"(rank {o['new_rank']}), {_delta(o).split(' (')[0]} ms")
+        line.append(plain(f"{_ms(o['base']['mean_us'])} ms (rank {o['base_rank']}) -> {_ms(o['new']['mean_us'])} ms "
+                     f"(rank {o['new_rank']}), {_delta(o).split(' (')[0]} ms"))
         if o.get("rel_change") is not None:
             line.append(f" ({100 * o['rel_change']:+.1f} %)")
         line.append(": ")
         line.append(v, style=style)
         con.print(line)
-    con.print(Text(f"Noise rule: {dd['rule']['text']}.", style="dim"))
+    con.print(plain(f"Noise rule: {dd['rule']['text']}.", style="dim"))
     for rk in dd["ranks"]:
         con.print()
         names = (f"rank {rk['base_rank']}" if rk["base_rank"] == rk["new_rank"]
@@ -79,7 +77,7 @@ def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
         basis = rk["basis"]
         what = ("GPU timeline" if basis["base"] == "gpu" else "training thread") if basis["base"] == basis["new"] \
             else f"basis changed: {basis['base']} -> {basis['new']}"
-        con.print(Text(f"{names.capitalize()} · {what} · ms per step, mean ± sd over "
+        con.print(plain(f"{names.capitalize()} · {what} · ms per step, mean ± sd over "
                        f"{len(rk['steps']['base'])} / {len(rk['steps']['new'])} steps", style="bold"))
         t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         for col, just in (("category", "left"), ("base", "right"), ("new", "right"), ("change ms", "right"),
@@ -87,33 +85,34 @@ def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
             t.add_column(col, justify=just)
         for row in rk["metrics"]:
             v, style = _verdict(row, row["metric"] == "wall")
-            t.add_row(LABELS.get(row["metric"], row["metric"]), _mean_sd(row["base"]), _mean_sd(row["new"]),
-                      _delta(row), _ms(row["noise_us"]), Text(v, style=style))
+            cells = (LABELS.get(row["metric"], row["metric"]), _mean_sd(row["base"]), _mean_sd(row["new"]), _delta(row),
+                     _ms(row["noise_us"]))
+            t.add_row(*(plain(safe.name(c)) for c in cells), Text(v, style=style))
         con.print(t)
     if dd["only_in_base"] or dd["only_in_new"]:
         con.print()
         if dd["only_in_base"]:
-            con.print(f"Ranks only in the base: {', '.join(map(str, dd['only_in_base']))}")
+            con.print(plain(f"Ranks only in the base: {', '.join(map(str, dd['only_in_base']))}"))
         if dd["only_in_new"]:
-            con.print(f"Ranks only in the new run: {', '.join(map(str, dd['only_in_new']))}")
+            con.print(plain(f"Ranks only in the new run: {', '.join(map(str, dd['only_in_new']))}"))
         if not dd["ranks"] and dd["only_in_base"] and dd["only_in_new"]:
-            con.print(Text(f"No rank is in both runs; to compare two different ranks: --pair "
+            con.print(plain(f"No rank is in both runs; to compare two different ranks: --pair "
                            f"{dd['only_in_base'][0]}:{dd['only_in_new'][0]}", style="yellow"))
     f = dd["findings"]
     con.print()
     con.print(Text("Findings", style="bold"))
     if not any(f.values()):
-        con.print("  none in either run")
+        con.print(plain("  none in either run"))
     for e in f["disappeared"]:
-        con.print(Text(f"  gone:      [{e['severity']['base']}] {e['id']}: {e['title_base']}", style="green"))
+        con.print(plain(f"  gone:      [{e['severity']['base']}] {e['id']}: {safe.words(e['title_base'])}", style="green"))
     for e in f["appeared"]:
-        con.print(Text(f"  new:       [{e['severity']['new']}] {e['id']}: {e['title_new']}", style="red"))
+        con.print(plain(f"  new:       [{e['severity']['new']}] {e['id']}: {safe.words(e['title_new'])}", style="red"))
     for e in f["severity_changed"]:
-        con.print(Text(f"  {e['direction'] + ':':10s} {e['id']}: {e['severity']['base']} -> {e['severity']['new']} "
-                       f"({e['title_new']})", style="green" if e["direction"] == "better" else "red"))
+        con.print(plain(f"  {e['direction'] + ':':10s} {e['id']}: {e['severity']['base']} -> {e['severity']['new']} "
+                        f"({safe.words(e['title_new'])})", style="green" if e["direction"] == "better" else "red"))
     for e in f["unchanged"]:
         at = e["time_at_stake_us"]
         stake = (f", at stake {_ms(at['base'])} -> {_ms(at['new'])} ms/step"
                  if at["base"] is not None and at["new"] is not None else "")
-        con.print(Text(f"  unchanged: [{e['severity']['new']}] {e['id']}{stake}", style="dim"))
+        con.print(plain(f"  unchanged: [{e['severity']['new']}] {e['id']}{stake}", style="dim"))
     return buf.getvalue()

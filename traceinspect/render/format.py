@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from . import safe
+
 DASH = "-"
 
 _IRREGULAR = {"copy": "copies", "sample": "samples", "this": "these", "bus": "buses"}
@@ -150,7 +152,9 @@ def unit_of(key: str) -> str | None:
 
 
 def label(key: str) -> str:
-    """``pageable_h2d_bytes_per_step`` -> ``pageable H2D per step``: the key without its unit, in words."""
+    """``pageable_h2d_bytes_per_step`` -> ``pageable H2D per step``: the key without its unit, in words (a key that
+    is a name read from the trace, shortened: ``safe.words``)."""
+    key = safe.words(key)
     words = [w for w in str(key).split("_") if w and w.lower() not in _UNIT_TOKENS]
     if not words:
         return str(key)
@@ -170,7 +174,13 @@ def with_unit(unit: str | None, v) -> str:
 
 def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6) -> str:
     """One evidence value as text: numbers with their unit, dicts as ``name value, ...``, lists joined (the first
-    ``items`` entries of a list of records, then how many more)."""
+    ``items`` entries of a list of records, then how many more); names shortened and the whole at most
+    ``safe.VALUE_WIDTH`` characters (``safe.words``)."""
+    text = _value(key, v, unit, depth, items)
+    return safe.clip(text, safe.VALUE_WIDTH) if depth else safe.words(text, safe.VALUE_WIDTH)
+
+
+def _value(key: str, v, unit: str | None, depth: int, items: int) -> str:
     unit = unit or unit_of(str(key))
     if isinstance(v, dict):
         if depth >= 2:
@@ -184,7 +194,7 @@ def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6) 
         more = f"; and {len(v) - items} more" if len(v) > items else ""
         return "; ".join(value(key, x, unit, depth + 1) for x in v[:items]) + more
     if isinstance(v, str):
-        return v
+        return safe.words(v, safe.VALUE_WIDTH)
     return with_unit(unit, v)
 
 

@@ -4,7 +4,9 @@ Each ``*_figure`` function returns a ``matplotlib.figure.Figure``, or None when 
 it (one rank for the rank comparison, no collectives for message sizes, no timeline...). ``write_plots`` writes the
 ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not compute:
 everything comes from the report document ``d`` (``report.to_dict()`` or a saved report.json), so a saved report
-draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s.
+draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s. A name from the trace
+(a collective's, a cause) is drawn through ``safe.plot_text``: shortened, control characters visible, ``$`` escaped, so
+it is never read as mathtext.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from . import format as fmt, timeline_plot, vocabulary, waterfall
+from . import format as fmt, safe, timeline_plot, vocabulary, waterfall
 from .vocabulary import PALETTE, LABELS, color, label
 
 DPI = 120
@@ -241,7 +243,8 @@ def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure |
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
     ax.set_yticks(range(len(order)))
-    ax.set_yticklabels([f"{n}\n{fmt.count(int((names == n).sum()), 'call')}" for n in reversed(order)], fontsize=9)
+    ax.set_yticklabels([f"{safe.plot_text(n)}\n{fmt.count(int((names == n).sum()), 'call')}" for n in reversed(order)],
+                       fontsize=9)
     ax.set_ylim(-0.6, len(order) - 0.4)
     ax.set_xlabel("message size per call (log scale; 1 MiB = 2^20 bytes)")
     ax.grid(axis="x", alpha=0.3)
@@ -322,7 +325,7 @@ def ranks_figure(d: dict) -> Figure | None:
     if strag and strag.get("rank") is not None:
         cause = (strag.get("cause") or {}).get("label")
         title += (f" · straggler: rank {strag['rank']}, last at {strag.get('last_count')} of "
-                  f"{strag.get('matched')} collectives" + (f" ({cause})" if cause else ""))
+                  f"{strag.get('matched')} collectives" + (f" ({safe.plot_text(cause)})" if cause else ""))
     fig.suptitle(title, fontsize=11)
     handles = [Patch(facecolor=color(k), label=label(k)) for k in used]
     lost = []

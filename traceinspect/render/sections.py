@@ -1,12 +1,14 @@
 """The report's sections as plain strings, shared by the terminal, Markdown, HTML and TensorBoard renderers.
 
 Each renderer lays these out in its own markup; the words and numbers come from here, so every page shows the same
-sections (``vocabulary.SECTIONS``) with the same numbers written the same way (``format``).
+sections (``vocabulary.SECTIONS``) with the same numbers written the same way (``format``). Every string read
+from a trace (names, titles, paths, messages, fixes) comes out of here plain and bounded (``safe``): each renderer
+then escapes its own markup.
 """
 
 from __future__ import annotations
 
-from . import format as fmt
+from . import format as fmt, safe
 from .vocabulary import STEP_EXTRA, STEP_EXTRA_GPU, SYNTHETIC_NOTE, breakdown, label
 
 MAX_STEP_ROWS = 12
@@ -92,8 +94,26 @@ def any_synthetic(d: dict) -> bool:
     return any(s.get("synthetic") for r in d.get("ranks") or [] for s in r.get("steps") or [])
 
 
+def title(f: dict) -> str:
+    """A finding's title (it may name ops and kernels): visible, each name and the whole bounded (``safe.words``)."""
+    return safe.words(f.get("title", ""))
+
+
+def fix_lines(f: dict) -> list[str]:
+    """A finding's fix, line by line, each visible and bounded (``safe.lines``)."""
+    return safe.lines(f.get("fix") or "")
+
+
+def source(d: dict) -> str:
+    return safe.path(d.get("source"))
+
+
+def errors(d: dict) -> list[str]:
+    return [safe.path(e) for e in d.get("errors") or []]
+
+
 def rank_title(r: dict) -> str:
-    dev = r.get("device") or ("CPU only" if r["basis"] == "cpu" else "GPU")
+    dev = safe.name(r.get("device")) if r.get("device") else ("CPU only" if r["basis"] == "cpu" else "GPU")
     basis = "GPU timeline, exposed % of step" if r["basis"] == "gpu" else "training thread, % of step"
     return f"Rank {r['rank']} · {dev} · {fmt.count(len(r.get('steps') or []), 'step')} · {basis}"
 
@@ -129,10 +149,10 @@ def runs_lines(d: dict) -> list[str]:
     runs = d.get("runs") or {}
     if not runs.get("notable"):
         return []
-    out = [runs["summary"]]
+    out = [safe.path(runs["summary"])]
     others = [r for r in runs.get("runs") or [] if not r.get("selected")]
     for r in others[-MAX_RUN_ROWS:]:
-        folders = ", ".join(r["folders"][:2]) + (" ..." if len(r["folders"]) > 2 else "")
+        folders = ", ".join(safe.path(x) for x in r["folders"][:2]) + (" ..." if len(r["folders"]) > 2 else "")
         ranks = f"rank{'s' if len(r['ranks']) > 1 else ''} {fmt.ranges(r['ranks'])}"
         out.append(f"  run {r['run']}: {folders} · {ranks} · {fmt.count(r['files'], 'file')}"
                    + (f" · {r['start']}" if r.get("start") else ""))
@@ -174,7 +194,7 @@ def finding_notes(f: dict) -> list[str]:
     """Why the finding has its severity, and the idle time another finding claims instead."""
     out = []
     if f.get("severity_reason"):
-        out.append(f"{f['severity']}: {f['severity_reason']}")
+        out.append(f"{f['severity']}: {safe.words(f['severity_reason'], safe.VALUE_WIDTH)}")
     if f.get("explained_by"):
         why = ", ".join(f"{e['id']} {fmt.ms(e['us'])}" for e in f["explained_by"])
         out.append(f"idle explained by: {why} (claimed there, not here)")
@@ -235,4 +255,4 @@ def evidence_lines(f: dict, rank=None, limit: int | None = None, width: int | No
 
 
 def skipped(d: dict) -> list[str]:
-    return [f"{s['file']}: {s['reason']}" for s in d.get("skipped") or []]
+    return [f"{safe.path(s['file'])}: {safe.path(s['reason'])}" for s in d.get("skipped") or []]

@@ -10,7 +10,8 @@ our numbers next to the torch-tb-profiler runs of the same folder:
   ``copies_mb/h2d``, ``copies_mb/pageable_h2d``, ``copies_mb/d2h`` (a value the report holds as null, such as the
   copies of a CPU-only run, is not written: unknown is never a 0);
 * text (Markdown, at the rank's last step): ``traceinspect/verdict`` and ``traceinspect/findings`` (the findings
-  that concern the rank, with evidence and fix).
+  that concern the rank, with evidence and fix). The Text tab renders Markdown, so every string is written through
+  ``safe.markdown`` and the fix as an indented code block of visible, bounded lines (``sections.fix_lines``).
 
 It uses only the ``tensorboard`` package (its event-file writer and protobufs), imported lazily: no TensorFlow, no
 torch. Our own event files end in ``.traceinspect``; writing again replaces them, so runs do not pile up copies.
@@ -22,8 +23,10 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from . import sections
+from . import safe, sections
 from .sections import verdict
+
+md = safe.markdown
 
 RUN_DIR = "traceinspect"
 SUFFIX = ".traceinspect"
@@ -72,10 +75,10 @@ def findings_markdown(d: dict, rank: int) -> str:
         return "No problems found on this rank."
     out = []
     for f in fs:
-        out += [f"### [{f['severity']}] {f['id']}: {f.get('title', '')}", "", sections.finding_meta(f), ""]
-        out += [f"* {line}" for line in sections.evidence_lines(f, rank=rank, items=3)]
+        out += [f"### [{md(f['severity'])}] {md(f['id'])}: {md(sections.title(f))}", "", md(sections.finding_meta(f)), ""]
+        out += [f"* {md(line)}" for line in sections.evidence_lines(f, rank=rank, items=3)]
         out += ["", "Fix:", ""]
-        out += ["    " + line for line in (f.get("fix") or "").splitlines()]
+        out += ["    " + line for line in sections.fix_lines(f)]
         out.append("")
     return "\n".join(out)
 
@@ -109,7 +112,7 @@ def write_tensorboard(d: dict, logdir) -> str:
                     w.add_event(event_pb2.Event(wall_time=now, step=step, summary=summ))
                 last = max((int(s["step"]) for s in r.get("steps") or []), default=0)
                 meta = text_metadata.create_summary_metadata(display_name=None, description="")
-                for tag, text in (("traceinspect/verdict", verdict(d)),
+                for tag, text in (("traceinspect/verdict", md(verdict(d))),
                                   ("traceinspect/findings", findings_markdown(d, r["rank"]))):
                     tensor = tensor_util.make_tensor_proto(text.encode("utf-8"), dtype=np.object_)
                     summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])

@@ -2,6 +2,9 @@
 
 Sections in ``vocabulary.SECTIONS`` order: verdict, waterfall, findings, per-step tables, nvidia-smi view, skipped
 files. Renderers format; they do not compute: every number comes from the report dict, written by ``format``.
+Everything is printed as rich ``Text`` (``plain``), never as markup, on a console that reads no markup or emoji
+codes either: a name or path holding ``[/x]`` or ``:smile:`` prints as written, and its control characters as
+visible escapes (``safe.visible``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import format as fmt, sections, waterfall
+from . import format as fmt, safe, sections, waterfall
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -25,12 +28,23 @@ CPU_COLUMNS = tuple((k, f"{short} %") for k, short, _ in CPU_BREAKDOWN)
 ranges_text = fmt.ranges
 
 
+def plain(text, style: str = "") -> Text:
+    """A line for the terminal: literal text (no markup), control characters as visible escapes."""
+    return Text(safe.visible(text), style=style)
+
+
+def console_for(buf, width: int, color: bool) -> Console:
+    """A console that prints what it is given literally: no markup, no emoji codes, no highlighting."""
+    return Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                   highlight=False, soft_wrap=False, markup=False, emoji=False)
+
+
 def _step_table(r: dict) -> Table:
     t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
     for h in sections.step_header(r):
         t.add_column(h, justify="right")
     for s in shown_steps(r["steps"]):
-        t.add_row(*sections.step_cells(r, s))
+        t.add_row(*(plain(c) for c in sections.step_cells(r, s)))
     return t
 
 
@@ -39,10 +53,10 @@ def _waterfall(d: dict, console: Console) -> None:
     if w is None:
         return
     console.print()
-    console.print(Text(f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
-                       "the projected step", style="bold"))
+    console.print(plain(f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
+                        "the projected step", style="bold"))
     for line in waterfall.bar_lines(w):
-        console.print("  " + line)
+        console.print(plain("  " + line))
 
 
 def _findings(d: dict, console: Console) -> None:
@@ -53,32 +67,32 @@ def _findings(d: dict, console: Console) -> None:
     console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
     for f in d["findings"]:
         head = Text()
-        head.append(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], ""))
-        head.append(f"{f['id']}: ", style="bold")
-        head.append(f["title"])
+        head.append(plain(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], "")))
+        head.append(plain(f"{f['id']}: ", style="bold"))
+        head.append(plain(sections.title(f)))
         console.print(head)
-        console.print("  " + sections.finding_meta(f))
+        console.print(plain("  " + sections.finding_meta(f)))
         for line in sections.finding_notes(f):
-            console.print(Text("  " + line, style="dim"))
+            console.print(plain("  " + line, style="dim"))
         for line in sections.evidence_lines(f, limit=12, width=110, items=2):
-            console.print(Text("  " + line, style="dim"))
-        console.print("  fix:")
-        for line in f["fix"].splitlines():
-            console.print(Text("    " + line, style="green"))
+            console.print(plain("  " + line, style="dim"))
+        console.print(plain("  fix:"))
+        for line in sections.fix_lines(f):
+            console.print(plain("    " + line, style="green"))
 
 
 def _ranks(d: dict, console: Console) -> None:
     for r in d["ranks"]:
         console.print()
-        console.print(Text(sections.rank_title(r), style="bold"))
+        console.print(plain(sections.rank_title(r), style="bold"))
         console.print(_step_table(r))
         for note in sections.rank_notes(r):
-            console.print(Text(note, style="dim"))
+            console.print(plain(note, style="dim"))
     for note in sections.footnotes(d):
-        console.print(Text(note, style="dim"))
+        console.print(plain(note, style="dim"))
     if d.get("missing_ranks"):
         console.print()
-        console.print(Text(f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold"))
+        console.print(plain(f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold"))
 
 
 def _utilization(d: dict, console: Console) -> None:
@@ -87,39 +101,37 @@ def _utilization(d: dict, console: Console) -> None:
     if not lines:
         return
     console.print()
-    console.print(Text("nvidia-smi view (what GPU-Util would have shown, docs/utilization.md)", style="bold"))
+    console.print(plain("nvidia-smi view (what GPU-Util would have shown, docs/utilization.md)", style="bold"))
     for rk, u in lines:
-        console.print(f"  rank {rk}: {u}")
+        console.print(plain(f"  rank {rk}: {u}"))
 
 
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
-    console.print(Text(f"traceinspect report: {d['source']}", style="bold"))
-    console.print(f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
+    console.print(plain(f"traceinspect report: {sections.source(d)}", style="bold"))
+    console.print(plain(f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else "")))
     for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
-        console.print(line)
-    console.print(Text("Verdict: " + verdict(d), style="bold"))
+        console.print(plain(line))
+    console.print(plain("Verdict: " + verdict(d), style="bold"))
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)
     _utilization(d, console)
     if d.get("errors"):
         console.print()
-        for e in d["errors"]:
-            console.print(Text(f"analysis error: {e}", style="red"))
+        for e in sections.errors(d):
+            console.print(plain(f"analysis error: {e}", style="red"))
     if d["skipped"]:
         console.print()
-        console.print(Text(f"Skipped files ({len(d['skipped'])})", style="bold"))
+        console.print(plain(f"Skipped files ({len(d['skipped'])})", style="bold"))
         for line in sections.skipped(d):
-            console.print(f"  {line}")
+            console.print(plain(f"  {line}"))
 
 
 def render_text(d: dict, width: int = 120, color: bool = False) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      highlight=False, soft_wrap=False)
-    render(d, console)
+    render(d, console_for(buf, width, color))
     return buf.getvalue()
 
 

@@ -7,7 +7,7 @@ Reports without claims have no waterfall (``rows`` returns None). Formatting and
 
 from __future__ import annotations
 
-from . import format as fmt
+from . import format as fmt, safe
 
 MIN_US = 5.0  # claims below this (0.00 ms as written) get no bar of their own; the count is said instead
 SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#0B57D0"}
@@ -68,7 +68,7 @@ def figure(d: dict, new_figure):
     w = rows(d)
     if w is None or not w["claims"]:
         return None
-    labels = ["measured step"] + [c["label"] for c in w["claims"]] + ["projected step"]
+    labels = ["measured step"] + [safe.plot_text(c["label"]) for c in w["claims"]] + ["projected step"]
     n = len(labels)
     fig = new_figure(10.0, min(max(1.5 + 0.42 * n, 2.8), 9.0))
     ax = fig.add_subplot()

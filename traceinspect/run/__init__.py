@@ -72,6 +72,7 @@ def report_folder(path: str | os.PathLike, config: Config = DEFAULT, observer: O
     from ..load.discover import find_trace_files  # standard library only: the cached path imports no pandas
 
     observer = observer or Observer()
+    config = cache.checked(config, path)  # a refused cache folder: one line, and the report runs without it
     try:
         files = find_trace_files(path)
         total = sum(f.stat().st_size for f in files)

@@ -1,36 +1,52 @@
 """The caches: decoded columns per trace file, a rank's analysis, a whole report. Nothing in them is ever executed.
 
 **Where**: one folder, ``--cache-dir`` (``Config.cache_dir``) if given, else ``$TRACEINSPECT_CACHE_DIR``, else the
-user cache folder (``platformdirs.user_cache_dir("traceinspect")``, e.g. ``~/.cache/traceinspect``). Nothing is
-written under the trace folder unless ``--cache-dir`` points there: trace folders are shared, copied and attached to
-bug reports, and a report must leave them as they were.
+user cache folder (``platformdirs.user_cache_dir("traceinspect")``, e.g. ``~/.cache/traceinspect``). It must be the
+user's own (``run/cache_store.py``: created ``0700``; a folder that is a link, another user's, group- or
+world-writable, or that holds files and is not a traceinspect cache is refused with a one-line note and the report
+runs without a cache). A cache folder inside (or equal to) the trace folder being reported is refused the same way:
+trace folders are shared, copied and attached to bug reports, and a report leaves them as they were.
 
 **What**: tables as Parquet (Arrow), everything else as msgspec JSON decoded into fixed types. No Python object
-serialization: a cache entry is data, so a crafted file is at worst a miss. A Parquet file whose schema holds an
-Arrow extension type (the one Arrow type that can carry Python objects) is refused before it reaches pandas.
+serialization: a cache entry is data, so a crafted file is at worst a miss. Every entry is sealed to its name
+(``cache_store``): a file not written by this cache, or moved to another key, is a miss before it is parsed. Sizes
+and row counts are checked against bounds derived from the source files before any table is read, and a Parquet
+file whose schema holds an Arrow extension type (the one Arrow type that can carry Python objects) is refused.
 
-**Keys**: the trace files' absolute paths, sizes and modification times; the settings that change results; the
-code (a hash of the decoder's source for columns, of the package's files for results). A changed input is a miss.
+**Keys**: each trace file's absolute path, device, inode, size, modification and change times (ns) and a hash of
+its first, middle and last 64 KiB; the settings that change results; the code (a hash of the contents of every
+source file the cached stage imports, found by walking the imports: ``code_digest``). A changed input is a miss.
 
-**Size**: at most ``Config.cache_max_bytes``; after each write the least recently used entries go first.
+**Size**: at most ``Config.cache_max_bytes``; each write evicts the least recently used entries, from an index.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
-import tempfile
+import re
+import stat
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..config import Config
+from .cache_store import Refused, Store, closing_fd, open_store
 
-FORMAT = 3  # bump when an entry's layout changes: older entries are then simply never looked up
+FORMAT = 4  # bump when an entry's layout changes: older entries are then never looked up (their folder is removed)
 ENV = "TRACEINSPECT_CACHE_DIR"
 _META = b"traceinspect"  # the Parquet schema metadata key holding a column entry's JSON side
+_PKG = Path(__file__).resolve().parents[1]
+SAMPLE = 64 << 10  # bytes hashed at each of a trace file's start, middle and end
+# Bounds of an entry, from its sources: a trace event takes at least this many bytes of JSON, and a compressed
+# trace expands at most this much (deflate's limit is 1032:1).
+MIN_EVENT_BYTES = 32
+MAX_RATIO = 1100
 
 
 def cache_root(config: Config) -> Path:
@@ -44,47 +60,158 @@ def cache_root(config: Config) -> Path:
     return Path(user_cache_dir("traceinspect", appauthor=False))
 
 
-def _dir(config: Config) -> Path:
-    return cache_root(config) / f"v{FORMAT}"
+# --------------------------------------------------------------------------------------------------------------
+# The folder: checked at every use; a refusal is one line on stderr, once per folder and reason
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+@functools.lru_cache(maxsize=64)
+def _note(reason: str) -> None:
+    print(f"traceinspect: cache not used: {_printable(reason)}; the report runs without it", file=sys.stderr)
+
+
+def _store(config: Config) -> Store | None:
+    try:
+        return open_store(cache_root(config), f"v{FORMAT}")
+    except Refused as exc:
+        _note(str(exc))
+    except OSError as exc:
+        _note(f"{cache_root(config)} cannot be made ({exc.strerror})")
+    return None
+
+
+def refusal(config: Config, folder: str | os.PathLike | None = None) -> str | None:
+    """Why the cache cannot be used (for a report of ``folder``), or None when it can."""
+    root = cache_root(config)
+    if folder is not None:
+        trace = Path(folder).resolve()
+        top = trace if trace.is_dir() else trace.parent
+        where = root.resolve()
+        if where == top or top in where.parents:
+            return f"{root} is inside the trace folder {folder} (a report never writes there)"
+    try:
+        open_store(root, f"v{FORMAT}").close()
+    except Refused as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{root} cannot be made ({exc.strerror})"
+    return None
+
+
+def checked(config: Config, folder: str | os.PathLike | None = None) -> Config:
+    """``config``, or a copy without the cache (and one line on stderr saying why) when the cache is refused."""
+    if not config.use_cache:
+        return config
+    reason = refusal(config, folder)
+    if reason is None:
+        return config
+    _note(reason)
+    return replace(config, use_cache=False)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Keys
 
 
-def _decoder_version() -> str:
-    """Cached columns are only valid for the decoder that made them: a hash of its sources."""
-    global _DECODER
-    if _DECODER is None:
-        load = Path(__file__).parents[1] / "load"
-        src = b"".join((load / name).read_bytes() for name in ("decode.py", "columns.py", "layout.py", "compressed.py"))
-        _DECODER = hashlib.sha1(src).hexdigest()[:12]
-    return _DECODER
+def identity(path: Path) -> str:
+    """What tells this file's content apart: device, inode, size, mtime and ctime (ns), and a BLAKE2b of its first,
+    middle and last ``SAMPLE`` bytes (a copy with the same size and mtime, ``cp -p``, ``rsync -t``, ``tar``, is
+    another inode, a rewrite in place within the clock's resolution changes sampled bytes or the ctime)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO named like a trace does not block
+    with closing_fd(fd):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        h = hashlib.blake2b(digest_size=16)
+        for offset in sorted({0, max(0, st.st_size // 2 - SAMPLE // 2), max(0, st.st_size - SAMPLE)}):
+            h.update(os.pread(fd, SAMPLE, offset))
+    return f"{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{h.hexdigest()}"
 
 
-_DECODER: str | None = None
+def _modules(pkg: Path) -> dict[tuple[str, ...], Path]:
+    """Dotted name (as parts, the package's own name left out) -> source file, for every module of ``pkg``."""
+    out = {}
+    for f in pkg.rglob("*.py"):
+        parts = f.relative_to(pkg).with_suffix("").parts
+        out[parts[:-1] if parts[-1] == "__init__" else parts] = f
+    return out
+
+
+# Import statements, read as text (faster than parsing; one inside a docstring only adds a file to the key).
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.+[\w.]*|traceinspect\b[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]*)", re.M)
+
+
+def _imports(pkg: Path, f: Path, modules: dict[tuple[str, ...], Path]) -> set[Path]:
+    """The package's own source files that ``f`` imports (anywhere in it, functions included)."""
+    package = list(f.relative_to(pkg).parts[:-1])
+    text = f.read_text(encoding="utf-8", errors="replace")
+    targets: list[list[str]] = []
+    for m in _IMPORT.finditer(text):
+        names = [n.split()[0] for n in m.group(1).split(",") if n.strip()]
+        targets += [n.split(".")[1:] for n in names if n.split(".")[0] == pkg.name]
+    for m in _FROM.finditer(text):
+        module, names = m.group(1), m.group(2).strip("() \n")
+        dots = len(module) - len(module.lstrip("."))
+        if dots:
+            rest = module[dots:]
+            base = package[: len(package) - dots + 1] + (rest.split(".") if rest else [])
+        else:
+            base = module.split(".")[1:]
+        targets.append(base)
+        targets += [base + [n.split()[0]] for n in names.replace("\n", " ").split(",") if n.split()]
+    found: set[Path] = set()
+    for t in targets:
+        for i in range(len(t) + 1):  # importing a.b runs a/__init__.py first
+            m = modules.get(tuple(t[:i]))
+            if m is not None:
+                found.add(m)
+    return found
+
+
+def _closure(pkg: Path, start: str, within: tuple[str, ...] | None) -> list[Path]:
+    """Every module of the sub-package ``start``, every module they import, and so on; a package reached is taken
+    whole (its modules may be loaded by name, as the rule registry does). With ``within``, imports are followed
+    only into those sub-packages and the top-level modules (a stage's own layer and the ones below it)."""
+    modules = _modules(pkg)
+    key = {f: k for k, f in modules.items()}
+    todo = [f for k, f in modules.items() if k[:1] == (start,)]
+    seen: set[Path] = set()
+    whole: set[tuple[str, ...]] = set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for m in _imports(pkg, f, modules) - seen:
+            k = key[m]
+            if within is not None and m.parent != pkg and k[0] not in within:
+                continue
+            todo.append(m)
+            if m.name == "__init__.py" and k and k not in whole:
+                whole.add(k)
+                todo += [g for j, g in modules.items() if j[:len(k)] == k]
+    return sorted(seen)
+
+
+def code_digest(start: str, within: tuple[str, ...] | None = None, pkg: Path = _PKG) -> str:
+    """A hash of the contents of every source file of the stage ``start`` (a sub-package) and what it imports."""
+    h = hashlib.blake2b(digest_size=12)
+    for f in _closure(pkg, start, within):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+_digest = functools.lru_cache(maxsize=None)(code_digest)  # the sources do not change while a process runs
 
 
 def _key(path: Path) -> str:
-    st = path.stat()
-    raw = f"{FORMAT}|{_decoder_version()}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    raw = f"{FORMAT}|{_digest('load', ('load',))}|{path.resolve()}|{identity(path)}"
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
-
-def _code_version() -> str:
-    """Changes whenever the package's code changes (a hash of its source files' sizes and mtimes)."""
-    global _CODE
-    if _CODE is None:
-        pkg = Path(__file__).parents[1]
-        h = hashlib.sha1()
-        for f in sorted(pkg.rglob("*.py")):
-            st = f.stat()
-            h.update(f"{f.relative_to(pkg)}|{st.st_size}|{st.st_mtime_ns}".encode())
-        _CODE = h.hexdigest()[:12]
-    return _CODE
-
-
-_CODE: str | None = None
 
 # Settings that change where or how fast, never what: not part of a result's key.
 _NOT_IN_KEY = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler")
@@ -92,93 +219,70 @@ _NOT_IN_KEY = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor
 
 def result_key(kind: str, files: list, config: Config) -> str | None:
     try:
-        parts = [kind, _code_version(), repr(sorted((k, v) for k, v in config.__dict__.items()
+        parts = [kind, _digest("run"), repr(sorted((k, v) for k, v in config.__dict__.items()
                                                    if k not in _NOT_IN_KEY))]
         # The paths as given go into the key too: the results name their files (and the report its source) as the
         # user spelled them, so the same files reached from another folder are another entry, never stale names.
         parts += [f"{f}|{_key(Path(f))}" for f in sorted(map(str, files))]
+        # What the sources can hold bounds the entry (``_limits``): it ends the key, so a reader given only the key
+        # knows it, and the entry's seal covers its name.
+        bound = _decoded_bound(files)
     except OSError:
         return None
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:24]
+    return f"{hashlib.sha1('|'.join(parts).encode()).hexdigest()[:24]}-{bound:x}"
+
+
+def _decoded_bound(files) -> int:
+    """The most bytes of JSON these trace files can hold: their sizes, times ``MAX_RATIO`` for compressed ones."""
+    return sum(os.stat(f).st_size * (1 if str(f).endswith(".json") else MAX_RATIO) for f in files)
+
+
+def _limits(decoded: int, config: Config) -> tuple[int, int, int]:
+    """(entry bytes, table rows, table bytes) that the entry of sources holding ``decoded`` bytes may reach."""
+    rows = decoded // MIN_EVENT_BYTES + 1024
+    return min(config.cache_max_bytes, 8 * decoded + (16 << 20)), rows, 256 * rows + 2 * decoded + (1 << 20)
+
+
+def _key_bound(key: str) -> int:
+    return int(key.rsplit("-", 1)[1], 16)
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Files: atomic writes, reads that touch (for LRU), eviction
-
-
-_TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# traceinspect's cache (https://bford.info/cachedir/)\n"
+# Files: through the checked store; any failure is a miss
 
 
 def _write(config: Config, name: str, data: bytes) -> None:
-    d = _dir(config)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        tag = cache_root(config) / "CACHEDIR.TAG"
-        if not tag.exists():
-            tag.write_bytes(_TAG)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".", suffix=".tmp", delete=False) as tmp:
-            tmp.write(data)
-        os.replace(tmp.name, d / name)
-    except OSError:  # a cache that cannot be written is no cache; the report does not depend on it
+    store = _store(config)
+    if store is None:
         return
-    evict(config)
-
-
-def _read(config: Config, name: str) -> bytes | None:
-    p = _dir(config) / name
     try:
-        data = p.read_bytes()
-        os.utime(p)  # recently used: evicted last
-    except OSError:
+        store.write(name, data, config.cache_max_bytes)
+    except (OSError, Refused):  # a cache that cannot be written is no cache; the report does not depend on it
+        pass
+    finally:
+        store.close()
+
+
+def _read(config: Config, name: str, limit: int | None = None) -> memoryview | None:
+    store = _store(config)
+    if store is None:
         return None
-    return data
+    try:
+        return store.read(name, config.cache_max_bytes if limit is None else limit)
+    except (OSError, Refused):
+        return None
+    finally:
+        store.close()
 
 
 def evict(config: Config) -> None:
     """Delete the least recently used entries until the folder holds at most ``cache_max_bytes``."""
-    d = _dir(config)
-    try:
-        entries = [(e.stat().st_mtime_ns, e.stat().st_size, e) for e in d.iterdir() if e.is_file()]
-    except OSError:
-        return
-    total = sum(size for _, size, _ in entries)
-    for _, size, e in sorted(entries, key=lambda t: t[0]):
-        if total <= config.cache_max_bytes:
-            break
+    store = _store(config)
+    if store is not None:
         try:
-            e.unlink()
-            total -= size
-        except OSError:
-            pass
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Tables <-> Parquet bytes
-
-
-def _safe_table(data: bytes):
-    """Parquet bytes -> an Arrow table, refused when a column has an extension type (those can carry Python objects)."""
-    import pyarrow as pa
-    import pyarrow.parquet as papq
-
-    table = papq.read_table(io.BytesIO(data))
-    for field in table.schema:
-        if isinstance(field.type, pa.ExtensionType):
-            raise ValueError(f"column {field.name}: extension type refused")
-    return table
-
-
-def _frame_bytes(df) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as papq
-
-    buf = io.BytesIO()
-    papq.write_table(pa.Table.from_pandas(df), buf, compression="zstd")
-    return buf.getvalue()
-
-
-def _frame(data: bytes):
-    return _safe_table(data).to_pandas()
+            store.evict(config.cache_max_bytes)
+        finally:
+            store.close()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -191,145 +295,93 @@ class _ColumnsMeta(msgspec.Struct):
     file: str
 
 
+def _cols_name(path: Path) -> str:
+    return f"cols-{_key(path)}.parquet"
+
+
 def has_columns(path: Path, config: Config) -> bool:
     """An entry of ``path``'s columns exists (without reading it)."""
+    store = _store(config) if config.use_cache else None
+    if store is None:
+        return False
     try:
-        return (_dir(config) / f"cols-{_key(path)}.parquet").exists()
+        return store.exists(_cols_name(path))
     except OSError:
         return False
+    finally:
+        store.close()
 
 
 def get(path: Path, config: Config):
-    import numpy as np
-
-    from ..load.decode import NUM_COLS, RAW_COLS, STR_COLS
-    from ..load.files import FileResult
+    from .cache_tables import columns_from_table, safe_table
 
     try:
-        key = _key(path)
+        name = _cols_name(path)
+        limit, rows, nbytes = _limits(_decoded_bound([path]), config)
     except OSError:
         return None
-    data = _read(config, f"cols-{key}.parquet")
+    data = _read(config, name, limit)
     if data is None:
         return None
     try:
-        table = _safe_table(data)
+        table = safe_table(data, rows, nbytes)
         info = msgspec.json.decode(table.schema.metadata[_META], type=_ColumnsMeta)
-        cols: dict = {"n": table.num_rows}
-        for c in NUM_COLS:
-            cols[c] = table.column(c).to_numpy()
-        for c in STR_COLS:
-            arr = table.column(c).combine_chunks()
-            codes = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-            cols[c] = (codes, arr.dictionary.to_pylist())
-        for c in RAW_COLS:
-            cols[c] = table.column(c).to_pylist() if c in table.column_names else None
+        if info.file != str(path):  # an entry of another file: a miss
+            return None
+        return columns_from_table(str(path), table, info.meta, info.bytes)
     except Exception:  # a damaged or foreign entry is a miss, never an error
         return None
-    return FileResult(path=str(path), meta=info.meta, columns=cols, nbytes=info.bytes)
 
 
 def put(path: Path, result, config: Config) -> None:
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as papq
-
-    from ..load.decode import NUM_COLS, RAW_COLS, STR_COLS
+    from .cache_tables import columns_to_parquet
 
     try:
-        key = _key(path)
+        name = _cols_name(path)
     except OSError:
         return
-    cols = result.columns
-    arrays = {c: pa.array(cols[c]) for c in NUM_COLS}
-    for c in STR_COLS:
-        codes, strings = cols[c]
-        mask = codes < 0
-        arrays[c] = pa.DictionaryArray.from_arrays(
-            pa.array(np.where(mask, 0, codes), type=pa.int32(), mask=mask), pa.array(strings, type=pa.string())
-        )
-    for c in RAW_COLS:
-        if cols[c] is not None:
-            arrays[c] = pa.array(cols[c], type=pa.string())
     info = msgspec.json.encode(_ColumnsMeta(meta=result.meta, bytes=result.nbytes, file=str(path)))
-    table = pa.table(arrays).replace_schema_metadata({_META: info})
-    buf = io.BytesIO()
-    papq.write_table(table, buf, compression="zstd")
-    _write(config, f"cols-{key}.parquet", buf.getvalue())
+    _write(config, name, columns_to_parquet(result.columns, {_META: info}))
 
 
 # --------------------------------------------------------------------------------------------------------------
-# A rank's analysis: its scalar fields as JSON, its step table and tables as Parquet inside the same JSON entry
-
-
-class _RankEntry(msgspec.Struct):
-    fields: dict[str, Any]
-    steps: bytes
-    tables: dict[str, bytes]
-    skipped: list[tuple[str, str]] = []
-
-
-class _RankTaskEntry(msgspec.Struct):
-    ranks: list[_RankEntry]
-    skipped: list[tuple[str, str]]
-
-
-def _rank_to_entry(ra) -> _RankEntry:
-    fields = {k: v for k, v in ra.__dict__.items() if k not in ("steps", "tables")}
-    return _RankEntry(fields=fields, steps=_frame_bytes(ra.steps),
-                      tables={name: _frame_bytes(t) for name, t in ra.tables.items()})
-
-
-def _rank_from_entry(e: _RankEntry):
-    from ..analyze.results import RankAnalysis
-
-    fields = dict(e.fields)
-    cc = fields.get("compute_capability")
-    fields["compute_capability"] = tuple(cc) if cc is not None else None
-    if fields.get("setup") is not None:
-        from ..analyze.setup import Setup
-
-        fields["setup"] = msgspec.convert(fields["setup"], Setup)
-    return RankAnalysis(**fields, steps=_frame(e.steps), tables={k: _frame(v) for k, v in e.tables.items()})
+# A rank's analysis (its scalar fields as JSON, its step table and tables as Parquet inside the same JSON entry)
+# and a whole report (its JSON document: standard library + msgspec only, so a cached re-report imports no pandas)
 
 
 def get_rank_result(key: str | None, config: Config):
     """``(ranks, skipped)`` of one rank task, or None."""
-    from ..load.trace import Skipped
+    from .cache_tables import rank_result_from_json
 
     if key is None:
         return None
-    data = _read(config, f"rank-{key}.json")
+    limit, rows, nbytes = _limits(_key_bound(key), config)
+    data = _read(config, f"rank-{key}.json", limit)
     if data is None:
         return None
     try:
-        entry = msgspec.json.decode(data, type=_RankTaskEntry)
-        return [_rank_from_entry(e) for e in entry.ranks], [Skipped(file=f, reason=r) for f, r in entry.skipped]
+        return rank_result_from_json(data, rows, nbytes)
     except Exception:  # a damaged or foreign entry is a miss
         return None
 
 
 def put_rank_result(key: str | None, result, config: Config) -> None:
+    from .cache_tables import rank_result_to_json
+
     if key is None:
         return
-    ranks, skipped = result
     try:
-        entry = _RankTaskEntry(ranks=[_rank_to_entry(ra) for ra in ranks], skipped=[(s.file, s.reason) for s in skipped])
-        data = msgspec.json.encode(entry)
+        data = rank_result_to_json(result)
     except Exception:  # a table Arrow cannot hold (mixed object column): not cached, still correct
         return
     _write(config, f"rank-{key}.json", data)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# A whole report: its JSON document (standard library + msgspec only: a cached re-report imports no pandas)
 
 
 def get_report(key: str | None, config: Config):
     """The cached ``ReportDoc``, or None."""
     if key is None:
         return None
-    data = _read(config, f"report-{key}.json")
+    data = _read(config, f"report-{key}.json", _limits(_key_bound(key), config)[0])
     if data is None:
         return None
     from ..report.doc import ReportDoc

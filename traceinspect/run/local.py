@@ -16,7 +16,8 @@ from . import cache as _cache, services
 from ..analyze.rank import RankAnalysis, analyze_rank
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError
-from ..load.discover import find_trace_files
+from ..load.discover import find_trace_files, no_traces
+from ..load.limits import Limits
 from ..load.reader import group_by_rank
 from ..load.services import ProgressFn
 from .pool import process_pool, worker_count
@@ -48,12 +49,14 @@ def _world(ranks: list[RankAnalysis]) -> int | None:
 
 def plan(path, config: Config, run: int | None = None, resolve: bool = False):
     """The chosen run's (rank, files) groups, the files no run holds, and the report's ``runs`` object."""
-    files = find_trace_files(path)
+    passed_over: list[tuple[str, str]] = []
+    files = find_trace_files(path, passed_over)
     if not files:
-        raise NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found")
+        raise no_traces(path, passed_over)
     if resolve:
         files = [f.resolve() for f in files]
-    return group_by_rank(files, services.workers(config), run, str(path))
+    groups, skipped, runs = group_by_rank(files, services.workers(config), run, str(path), Limits.of(config))
+    return groups, [Skipped(file=f, reason=r) for f, r in passed_over] + skipped, runs
 
 
 def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: Config) -> Report:
