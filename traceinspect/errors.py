@@ -15,11 +15,15 @@ Every error carries a one-line message meant for the terminal. This module impor
 
 from __future__ import annotations
 
+#: The command line's exit codes: ok; a finding reached ``--fail-on``; a usage or input error (one line); an
+#: internal error (a bug: one line, and the file the full traceback was saved to).
+EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
 
 class TraceInspectError(Exception):
     """Base class: a problem with the user's input or request, reported in one line."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
 
 class TraceFileError(TraceInspectError):

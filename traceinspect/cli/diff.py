@@ -14,6 +14,9 @@ import click
 
 from ..errors import UsageError
 from ..render.diff_text import render_diff_text  # noqa: F401  (the diff's text lives with the other renderers)
+from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
+                      settings_option, width_option, workers_option)
+from .output import write_text
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"traceinspect\.report/')
 _MAX_SNIFF = 256 << 20  # a .json file larger than this that does not start like a report is taken as a trace
@@ -51,6 +54,7 @@ def load_side(path: str, config=None) -> dict:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such file or folder")
+    check_readable_input(path)
     if p.is_file() and _is_report_file(p):
         return _read_report(p)
     from ..config import DEFAULT
@@ -75,13 +79,12 @@ def _parse_pairs(values) -> list[tuple[int, int]]:
 @click.option("--json", "json_path", metavar="PATH", help="Write the diff as JSON to PATH ('-' for stdout).")
 @click.option("--pair", "pairs", multiple=True, metavar="BASE:NEW",
               help="Compare base rank BASE with new rank NEW (repeatable); default: ranks with the same id.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (decode and analyse everything).")
-@click.option("--cache-dir", metavar="DIR", help="Cache folder (default: $TRACEINSPECT_CACHE_DIR or the user cache).")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="Change a threshold for both runs' analyses (repeatable; see `explain RULE`).")
-@click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
-@click.option("--width", type=int, default=None, help="Terminal width.")
-@click.option("--quiet", "-q", is_flag=True, help="Do not print the text diff.")
+@no_cache_option
+@cache_dir_option
+@settings_option("Change a threshold for both runs' analyses (repeatable; see `explain RULE`).")
+@workers_option
+@width_option
+@quiet_option
 def diff(base, new, json_path, pairs, no_cache, cache_dir, settings, workers, width, quiet) -> None:
     """Compare two runs: BASE and NEW are each a folder of traces or a saved report.json.
 
@@ -89,11 +92,7 @@ def diff(base, new, json_path, pairs, no_cache, cache_dir, settings, workers, wi
     larger than the noise (|delta| > 2 x Welch standard error and > 1 % of the step); then the findings that
     disappeared, appeared or changed severity. Exit 2 with one line on bad input.
     """
-    import sys
-
     from ..report.diff import diff_reports
-
-    from .main import run_config
 
     pair_list = _parse_pairs(pairs)
     config = run_config(no_cache, workers, cache_dir, settings)
@@ -104,15 +103,11 @@ def diff(base, new, json_path, pairs, no_cache, cache_dir, settings, workers, wi
     except ValueError as exc:
         raise UsageError(f"--pair: {exc}") from None
     if json_path:
-        text = json.dumps(dd, indent=1)
-        if json_path == "-":
-            click.echo(text)
-        else:
+        if json_path != "-":
             try:
                 Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-                Path(json_path).write_text(text)
             except OSError as exc:
                 raise UsageError(f"{json_path}: cannot write ({exc.strerror or exc})") from None
+        write_text(json_path, json.dumps(dd, indent=1))
     if not quiet and json_path != "-":
-        w = width or (None if sys.stdout.isatty() else 120)
-        click.echo(render_diff_text(dd, width=w or 120, color=sys.stdout.isatty()), nl=False)
+        echo_text(render_diff_text, dd, width)

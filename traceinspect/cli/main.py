@@ -1,26 +1,32 @@
 """The ``traceinspect`` command line.
 
-``main(argv) -> int``: exit codes 0 ok, 1 a finding at or above ``--fail-on``, 2 usage or input error. User errors
-print one line on stderr, never a traceback.
+``main(argv) -> int``: exit codes 0 ok, 1 a finding at or above ``--fail-on``, 2 usage or input error, 3 an internal
+error (``exits.py``). User errors print one line on stderr, never a traceback. The options several commands share
+are ``options.py``'s, the writing of documents ``output.py``'s.
 """
 
 from __future__ import annotations
 
 
 import sys
-from pathlib import Path
 
 import click
 
-from ..errors import TraceInspectError, UsageError
-
-EXIT_OK, EXIT_FINDING, EXIT_INPUT = 0, 1, 2
+from ..errors import EXIT_FINDING, UsageError
+from . import exits
+from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
+                      settings_option, width_option, workers_option)
+from .output import check_targets, dumps, one_stdout, write_documents, write_text
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="traceinspect")
 def cli() -> None:
-    """Where the time of a distributed PyTorch training step goes, and what to change."""
+    """Where the time of a distributed PyTorch training step goes, and what to change.
+
+    Exit codes: 0 ok, 1 a finding reached --fail-on, 2 a usage or input error (one line), 3 an internal error (one
+    line naming the file its traceback was saved to), 130 interrupted, 143 terminated.
+    """
 
 
 def _progress_factory(paths_total: int, enabled: bool):
@@ -80,41 +86,35 @@ class _BarObserver:
             self.stop()
 
 
-def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(), **run):
-    """The Config of the common options (``report``, ``diff``): cache, workers, ``--set NAME=VALUE`` thresholds."""
-    from ..config import Config
-
-    return Config(workers=workers, use_cache=not no_cache, cache_dir=cache_dir, **run).with_settings(settings)
-
-
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report to PATH ('-' for stdout).")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH.")
-@click.option("--html", "html_path", metavar="PATH", help="Write a self-contained HTML report to PATH.")
+@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
+@click.option("--html", "html_path", metavar="PATH",
+              help="Write a self-contained HTML report to PATH ('-' for stdout).")
 @click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 when a finding reaches this severity (docs/findings.md); the findings that did are printed.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the cache (decode and analyse everything).")
-@click.option("--cache-dir", metavar="DIR", help="Cache folder (default: $TRACEINSPECT_CACHE_DIR or the user cache).")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="Change a threshold, e.g. --set pageable_share_warning=0.05 (repeatable; see `explain RULE`).")
-@click.option("--workers", type=int, default=0, show_default=True, help="Decoding processes (0 = one per core).")
+@no_cache_option
+@cache_dir_option
+@settings_option("Change a threshold, e.g. --set pageable_share_warning=0.05 (repeatable; see `explain RULE`).")
+@workers_option
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://...) for --executor dask.")
 @click.option("--tensorboard", "tb_dir", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Write per-step scalars and findings as TensorBoard runs under DIR/traceinspect (default DIR: the "
                    "trace folder).")
-@click.option("--width", type=int, default=None, help="Terminal width for the text report.")
-@click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+@width_option
+@quiet_option
 @click.option("--run", "run_no", type=click.IntRange(min=1), metavar="N",
               help="Report run N of the folder (1 the oldest; default the most recent).")
 @click.option("--all-runs", is_flag=True, help="One report per run of the folder (output names get .runN).")
 def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, cache_dir, settings, workers,
            executor, scheduler, tb_dir, width, quiet, run_no, all_runs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
+    on_stdout = one_stdout(json=json_path, markdown=md_path, html=html_path)
     if all_runs:
         from .runs import report_all_runs
 
@@ -123,7 +123,8 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     from ..render.text import render_text
     from ..run import report_folder
 
-    _check_targets(json_path, md_path, html_path, out_dir=out_dir)
+    check_readable_input(path)
+    check_targets(json_path, md_path, html_path, out_dir=out_dir)
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
@@ -132,20 +133,15 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
     if json_path:
-        text = dumps(d)
-        if json_path == "-":
-            click.echo(text)
-        else:
-            _write(json_path, text)
-    _write_documents(d, md_path, out_dir, html_path)
+        write_text(json_path, dumps(d))
+    write_documents(d, md_path, out_dir, html_path)
     if tb_dir is not None:
         from ..render.tensorboard import write_tensorboard
 
         where = write_tensorboard(d, tb_dir or path)
         click.echo(f"traceinspect: TensorBoard summaries written to {where}", err=True)
-    if not quiet and json_path != "-":
-        w = width or (None if sys.stdout.isatty() else 120)
-        click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)
+    if not quiet and not on_stdout:
+        echo_text(render_text, d, width)
     if fail_on:
         _fail_on(d, fail_on)
 
@@ -165,91 +161,33 @@ def _fail_on(d: dict, level: str) -> None:
     raise SystemExit(EXIT_FINDING)
 
 
-def dumps(d: dict) -> str:
-    """The JSON report as indented text (``report.io.dumps``: the format a saved report is read back from)."""
-    from ..report.io import dumps as _dumps
-
-    return _dumps(d)
-
-
-def _check_targets(*files: str | None, out_dir: str | None = None) -> None:
-    """Before any work: every output's folder must exist (a typo is one line, not a silently made folder tree);
-    ``--out DIR`` may be new, but its parent must exist."""
-    wanted = [(p, Path(p).parent) for p in files if p and p != "-"]
-    if out_dir:
-        wanted.append((out_dir, Path(out_dir).resolve().parent))
-    for p, parent in wanted:
-        if not parent.is_dir():
-            raise UsageError(f"{p}: folder {parent} does not exist")
-
-
-def _write(path: str, text: str) -> None:
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise UsageError(f"{path}: folder {p.parent} does not exist")
-    try:
-        p.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
-def _write_documents(d: dict, md_path: str | None, out_dir: str | None, html_path: str | None) -> None:
-    """The Markdown, --out folder and HTML outputs of a report document (``report`` and ``render`` alike)."""
-    if md_path:
-        from ..render.markdown import render_markdown
-
-        _write(md_path, render_markdown(d))
-    if out_dir:
-        _write_out_dir(out_dir, d)
-    if html_path:
-        from ..render.html import render_html
-
-        _write(html_path, render_html(d))
-
-
-def _write_out_dir(out_dir: str, d: dict) -> None:
-    from ..render.markdown import render_markdown
-
-    out = Path(out_dir)
-    try:
-        out.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{out_dir}: cannot make the folder ({exc.strerror or exc})") from None
-    _write(str(out / "report.json"), dumps(d))
-    from .._optional import import_optional
-
-    import_optional("matplotlib", "--out (the plots)")
-    from ..render.plots import write_plots
-
-    paths = write_plots(d, None, out)
-    _write(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))
-
-
 def _load_report(path: str) -> dict:
     """A saved report.json, checked against the contract (one-line errors naming the file)."""
     from ..report.doc import to_dict
     from ..report.io import load
 
+    check_readable_input(path)
     return to_dict(load(path))
 
 
 @cli.command()
 @click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
-@click.option("--html", "html_path", metavar="PATH", help="Write the self-contained HTML report to PATH.")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH.")
+@click.option("--html", "html_path", metavar="PATH",
+              help="Write the self-contained HTML report to PATH ('-' for stdout).")
+@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
 @click.option("--out", "out_dir", metavar="DIR", help="Write report.md and the plots into DIR.")
-@click.option("--width", type=int, default=None, help="Terminal width for the text report.")
-@click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+@width_option
+@quiet_option
 def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
     """Render a saved report.json again (text, Markdown, HTML, plots) without the traces."""
     from ..render.text import render_text
 
+    on_stdout = one_stdout(markdown=md_path, html=html_path)
     d = _load_report(report_json)
-    _check_targets(md_path, html_path, out_dir=out_dir)
-    _write_documents(d, md_path, out_dir, html_path)
-    if not quiet:
-        w = width or (None if sys.stdout.isatty() else 120)
-        click.echo(render_text(d, width=w or 120, color=sys.stdout.isatty()), nl=False)
+    check_targets(md_path, html_path, out_dir=out_dir)
+    write_documents(d, md_path, out_dir, html_path)
+    if not quiet and not on_stdout:
+        echo_text(render_text, d, width)
 
 
 @cli.command()
@@ -331,29 +269,12 @@ def _shown(message: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting (for tests and embedding)."""
-    try:
-        cli.main(args=argv, prog_name="traceinspect", standalone_mode=False)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    except click.exceptions.Abort:
-        click.echo("traceinspect: aborted", err=True)
-        return EXIT_INPUT
-    except click.ClickException as exc:
-        click.echo(_shown(f"traceinspect: {exc.format_message()}"), err=True)
-        return EXIT_INPUT
-    except TraceInspectError as exc:
-        click.echo(_shown(f"traceinspect: {exc}"), err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("traceinspect: interrupted", err=True)
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
-    return EXIT_OK
+    return exits.run(cli, argv)
 
 
 def entry() -> None:
-    sys.exit(main())
+    exits.install_signal_handlers()
+    exits.exit_process(main())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from .options import workers_for
+from .output import STDOUT, check_targets, make_out_dir
 
 
 def _nth(path: str | None, n: int) -> str | None:
@@ -23,10 +25,15 @@ def report_all_runs(ctx: click.Context, command) -> None:
     from ..run.local import plan
 
     params = dict(ctx.params)
-    if params.get("json_path") == "-":
-        raise UsageError("--all-runs writes one JSON report per run: give --json a file name, not '-'")
+    params["workers"] = workers_for(params["workers"])  # capped (and said) once, not once per run
+    for key, flag in (("json_path", "--json"), ("md_path", "--markdown"), ("html_path", "--html")):
+        if params.get(key) == STDOUT:
+            raise UsageError(f"--all-runs writes one report per run: give {flag} a file name, not '-'")
     _, _, runs = plan(params["path"], Config(workers=params["workers"], use_cache=False))  # lists files, reads no events
     count = runs["count"] if runs else 1
+    if params.get("out_dir"):  # the runs' folders go inside it: made here, as `--out DIR` alone makes DIR
+        check_targets(out_dir=params["out_dir"])
+        make_out_dir(params["out_dir"])
     worst = 0
     for n in range(1, count + 1):
         one = {**params, "all_runs": False, "run_no": n,

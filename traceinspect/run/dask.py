@@ -4,12 +4,20 @@ Each rank's files are decoded and analyzed by one Dask task (``run.local.rank_ta
 summaries travel back, and the cross-rank stage and the rules run here, exactly as with the local executor, so the
 report is the same. Workers must see the trace files under the same paths (a shared file system). Without
 ``--scheduler`` a local cluster with one worker process per core is started for the run.
+
+Every wait for the cluster is bounded and says what it waited for: the address is checked first (one line for a
+malformed one), then the scheduler is asked who it is (``identity``) with a deadline, so a closed port, an HTTP
+server or a dashboard port fails in ``SCHEDULER_TIMEOUT_S`` naming the address, and a scheduler without workers
+fails in the same time instead of waiting silently for one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +32,57 @@ from .stages import Report
 # How long to wait for a scheduler that does not answer: long enough for a busy cluster, short enough to be
 # told of a wrong address before a user gives up.
 SCHEDULER_TIMEOUT_S = 10
+_ADDRESS = re.compile(r"(?:(?P<scheme>tcp|tls|ws|wss)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})/?")
+
+
+def scheduler_address(address: str) -> str:
+    """``address`` as ``scheme://host:port`` (``host:port`` means tcp); a malformed one is a ``UsageError``."""
+    m = _ADDRESS.fullmatch(address.strip())
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise UsageError(f"--scheduler {address!r}: not a Dask scheduler address (expected tcp://HOST:PORT, "
+                         f"e.g. tcp://10.0.0.5:8786)")
+    return f"{m['scheme'] or 'tcp'}://{m['host']}:{int(m['port'])}"
+
+
+async def _identity(address: str, deadline: float) -> dict:
+    """The scheduler's ``identity`` reply, once it lists a worker; raises UsageError by ``deadline``."""
+    from distributed.comm import connect
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.1)
+
+    waited = f"waited {SCHEDULER_TIMEOUT_S} s"
+    while True:
+        try:
+            comm = await asyncio.wait_for(connect(address, timeout=left()), left() + 1)
+        except Exception as exc:  # noqa: BLE001 - refused, unreachable, timed out, a peer that breaks the handshake
+            if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or "timed out" in str(exc).lower():
+                raise UsageError(f"cannot reach the Dask scheduler {address}: no answer ({waited} to connect and for "
+                                 f"Dask's handshake: is it a scheduler's port, and reachable from here?)") from None
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise UsageError(f"cannot reach the Dask scheduler {address}: {reason}") from None
+        try:
+            await comm.write({"op": "identity"})
+            reply = await asyncio.wait_for(comm.read(), left())
+        except Exception:  # noqa: BLE001 - no reply in time, or one that is not Dask's protocol
+            raise UsageError(f"{address} did not answer as a Dask scheduler ({waited} for its reply to Dask's "
+                             f"handshake: is it a scheduler's port?)") from None
+        finally:
+            comm.abort()
+        if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+            raise UsageError(f"{address} is not a Dask scheduler (it answered, but not as one)")
+        if reply.get("workers"):
+            return reply
+        if time.monotonic() + 0.5 >= deadline:
+            raise UsageError(f"the Dask scheduler {address} has no workers ({waited} for one to join)")
+        await asyncio.sleep(0.5)
+
+
+def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT_S) -> dict:
+    """Connect to the scheduler at ``address`` and wait, at most ``timeout`` seconds in all, for it to answer as a
+    Dask scheduler with at least one worker; its identity. One line naming the address otherwise."""
+    return asyncio.run(_identity(address, time.monotonic() + timeout))
+
 
 def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
                       progress: ProgressFn | None = None, client=None, run: int | None = None) -> Report:
@@ -31,6 +90,8 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
 
     distributed = import_optional("dask.distributed", "--executor dask")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
+    if client is None and scheduler:
+        scheduler = scheduler_address(scheduler)
     plan_groups, skipped, runs = plan(path, config, run, resolve=True)
     ranks_of = [r for r, _ in plan_groups]
     groups = [fs for _, fs in plan_groups]
@@ -41,7 +102,8 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
             if scheduler:
                 # Said before the wait, so an unreachable address is not a silent pause.
                 print(f"traceinspect: connecting to the Dask scheduler {scheduler} (waiting up to "
-                      f"{SCHEDULER_TIMEOUT_S} s)", file=sys.stderr, flush=True)
+                      f"{SCHEDULER_TIMEOUT_S} s for it and a worker)", file=sys.stderr, flush=True)
+                check_scheduler(scheduler)
                 client = Client(scheduler, timeout=f"{SCHEDULER_TIMEOUT_S}s")
             else:
                 cluster = LocalCluster(n_workers=worker_count(config), threads_per_worker=1, processes=True,

@@ -1,0 +1,149 @@
+"""How a command ends: its exit code, and one line on stderr when it did not succeed.
+
+    0  ok
+    1  a finding reached --fail-on
+    2  a usage or input error (one line naming the option or file; no traceback)
+    3  an internal error, a bug: one line, and the file the full traceback was saved to (a new private file in the
+       system's temporary folder, never the trace folder)
+  130  interrupted (Ctrl-C);  143  terminated (SIGTERM): the worker processes are stopped first
+
+A closed stdout (``| head -1``) ends the command quietly with 0; a stdout that cannot be written (a full disk,
+``> /dev/full``) is one line and 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import tempfile
+import traceback
+
+import click
+
+from ..render.safe import clip, path, visible
+
+from ..errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, TraceInspectError
+
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 128 + signal.SIGTERM
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that pools kill their workers and files are left whole."""
+
+
+def say(line: str) -> None:
+    try:
+        click.echo(path(f"traceinspect: {line}"), err=True)  # one line, control characters made visible
+    except OSError:
+        pass  # stderr gone too: the exit code is all that is left
+
+
+def _one_line(text, limit: int = 300) -> str:
+    """An exception's message as one printable line (it may quote a name from a trace)."""
+    return clip(visible(" ".join(str(text).split())), limit)
+
+
+def save_traceback(exc: BaseException) -> str | None:
+    """The full traceback in a new file only this user can read; its path (None when nothing could be written)."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="traceinspect-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(f"traceinspect {' '.join(sys.argv[1:])}\n\n")
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return path
+    except OSError:
+        return None
+
+
+def _closed_pipe(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
+
+
+def _writing_stdout(exc: OSError) -> bool:
+    """The error came from a write to stdout (``click.echo`` without ``err``), or stdout fails now."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename and not frame.f_locals.get("err"):
+            return True
+        tb = tb.tb_next
+    return _stdout_broken() is not None
+
+
+def _stdout_broken() -> OSError | None:
+    """The error stdout gives now, if it cannot be written."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        return exc
+    return None
+
+
+def exit_process(code: int) -> None:
+    """Exit the process with ``code``. A stdout that failed is pointed at /dev/null first, so that the
+    interpreter's own flush at exit has nothing left to complain about (no "Exception ignored" lines)."""
+    if _stdout_broken() is not None:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(code)
+
+
+def run(command, argv: list[str] | None) -> int:
+    """``command.main(argv)`` with every way of ending mapped to an exit code and at most one line on stderr."""
+    streams = sys.stdout, sys.stderr
+    try:
+        try:
+            command.main(args=argv, prog_name="traceinspect", standalone_mode=False)
+        finally:
+            sys.stdout.flush()
+    except Terminated:
+        say("terminated")
+        return EXIT_TERMINATED
+    except SystemExit as exc:
+        if sys.stdout is not streams[0]:  # click met a closed stdout: it wrapped the streams and exits 1
+            sys.stdout, sys.stderr = streams
+            return EXIT_OK
+        return int(exc.code or 0)
+    except click.exceptions.Abort:
+        say("aborted")
+        return EXIT_INPUT
+    except click.ClickException as exc:
+        say(exc.format_message())
+        return EXIT_INPUT
+    except TraceInspectError as exc:
+        say(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        say("interrupted")
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        if _closed_pipe(exc):
+            return EXIT_OK  # the reader has what it wanted (``| head``)
+        if _writing_stdout(exc):
+            say(f"cannot write to standard output ({exc.strerror or exc})")
+            return EXIT_INPUT
+        return _internal(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line and where its traceback is, never a bare traceback
+        return _internal(exc)
+    return EXIT_OK
+
+
+def _internal(exc: BaseException) -> int:
+    where = save_traceback(exc)
+    saved = f"; the full traceback is in {where}" if where else "; the traceback could not be saved"
+    say(f"internal error ({type(exc).__name__}: {_one_line(exc)}){saved}. Please report it with that file.")
+    return EXIT_INTERNAL
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated(EXIT_TERMINATED)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM becomes ``Terminated`` in the main thread (the process entry point only, not an embedding)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)

@@ -1,0 +1,119 @@
+"""Where the CLI writes documents: a file, or stdout for ``-``.
+
+A file is written whole or not at all: into a temporary file in the target's folder, then moved over the target
+(``os.replace``), so a reader never sees half a report and an interrupted run leaves the old file. An existing
+symbolic link at the target is replaced by the file, never followed: the file it pointed to is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+
+STDOUT = "-"
+
+
+def one_stdout(**targets: str | None) -> str | None:
+    """The option that writes to stdout (``-``), if any; two documents on stdout at once would be one mess."""
+    on_stdout = [name for name, value in targets.items() if value == STDOUT]
+    if len(on_stdout) > 1:
+        flags = " and ".join(f"--{n}" for n in on_stdout)
+        raise UsageError(f"{flags} both write to stdout ('-'): give all but one a file name")
+    return on_stdout[0] if on_stdout else None
+
+
+def check_targets(*files: str | None, out_dir: str | None = None) -> None:
+    """Before any work: every output's folder must exist (a typo is one line, not a silently made folder tree);
+    ``--out DIR`` may be new, but its parent must exist."""
+    wanted = [(p, Path(p).parent) for p in files if p and p != STDOUT]
+    if out_dir:
+        wanted.append((out_dir, Path(out_dir).resolve().parent))
+    for p, parent in wanted:
+        if not parent.is_dir():
+            raise UsageError(f"{p}: folder {parent} does not exist")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text(path: str, text: str) -> None:
+    """``text`` into ``path`` atomically (see the module docstring), or onto stdout when ``path`` is ``-``."""
+    if path == STDOUT:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise UsageError(f"{path}: folder {p.parent} does not exist")
+    if p.is_dir() and not p.is_symlink():
+        raise UsageError(f"{path}: is a folder")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it 0600)
+        os.replace(tmp, p)
+        tmp = None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def make_out_dir(out_dir: str) -> Path:
+    """``--out DIR``: the folder, made when new (its parent must exist: ``check_targets``)."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out_dir}: cannot make the folder ({exc.strerror or exc})") from None
+    if not out.is_dir():
+        raise UsageError(f"{out_dir}: not a folder")
+    return out
+
+
+def write_documents(d: dict, md_path: str | None, out_dir: str | None, html_path: str | None) -> None:
+    """The Markdown, --out folder and HTML outputs of a report document (``report`` and ``render`` alike)."""
+    if md_path:
+        from ..render.markdown import render_markdown
+
+        write_text(md_path, render_markdown(d))
+    if out_dir:
+        _write_out_dir(out_dir, d)
+    if html_path:
+        from ..render.html import render_html
+
+        write_text(html_path, render_html(d))
+
+
+def dumps(d: dict) -> str:
+    """The JSON report as indented text (``report.io.dumps``: the format a saved report is read back from)."""
+    from ..report.io import dumps as _dumps
+
+    return _dumps(d)
+
+
+def _write_out_dir(out_dir: str, d: dict) -> None:
+    from ..render.markdown import render_markdown
+
+    out = make_out_dir(out_dir)
+    write_text(str(out / "report.json"), dumps(d))
+    from .._optional import import_optional
+
+    import_optional("matplotlib", "--out (the plots)")
+    from ..render.plots import write_plots
+
+    paths = write_plots(d, None, out)
+    write_text(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))
