@@ -21,8 +21,8 @@ collectives carry sizes. What the run is (strategy, knobs, mesh) is written into
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,6 +40,8 @@ def _mlp(width: int, layers: int) -> nn.Sequential:
 
 
 def _batch(args, rank: int, step: int):
+    if rank == args.slow_rank and args.slow_ms > 0:  # a slow input pipeline on one rank: the straggler case
+        time.sleep(args.slow_ms / 1000.0)
     g = torch.Generator().manual_seed(1000 * step + (0 if args.strategy in ("tp", "pp") else rank))
     x = torch.randn(args.batch, args.width, generator=g)
     y = torch.randn(args.batch, args.width, generator=g)
@@ -133,6 +135,8 @@ def main(argv=None) -> int:
     p.add_argument("--forward-prefetch", choices=("on", "off"), default="off")
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-ms before each batch")
+    p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -140,6 +144,7 @@ def main(argv=None) -> int:
     rank, ws = dist.get_rank(), dist.get_world_size()
     step, described = BUILDERS[args.strategy](args, rank, ws)
     extra = {"strategy": {"name": args.strategy, "world_size": ws, **described},
+             "slow": {"rank": args.slow_rank, "ms": args.slow_ms} if args.slow_ms > 0 else None,
              "torch": torch.__version__, "batch": args.batch, "width": args.width}
     wait, warmup = 1, 1
     with profile(args.out, wait=wait, warmup=warmup, active=args.active, record_shapes=True, extra=extra,

@@ -17,7 +17,7 @@ from traceinspect.report.build import build_doc
 from traceinspect.run.api import analyze_path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
-ALL = ("fsdp2_2", "fsdp2_4", "fsdp2_noreshard", "fsdp2_prefetch", "tp_2", "pp_1f1b", "pp_gpipe")
+ALL = ("fsdp2_2", "fsdp2_4", "fsdp2_noreshard", "fsdp2_prefetch", "fsdp2_slow_rank1", "tp_2", "pp_1f1b", "pp_gpipe")
 
 # The issuing ops of each kind, as torch 2.13 names them on CPU (gloo), and the kind they are.
 ISSUE_OPS = {"c10d::_allgather_base_": "allgather", "c10d::_reduce_scatter_base_": "reduce_scatter",
@@ -105,7 +105,7 @@ def test_pipeline_sends_are_never_matched_across_ranks(name):
 
 
 EXPECTED = {
-    "fsdp2_2": ("fsdp2",), "fsdp2_4": ("fsdp2",), "fsdp2_noreshard": ("fsdp2",), "fsdp2_prefetch": ("fsdp2",),
+    "fsdp2_2": ("fsdp2",), "fsdp2_slow_rank1": ("fsdp2",), "fsdp2_4": ("fsdp2",), "fsdp2_noreshard": ("fsdp2",), "fsdp2_prefetch": ("fsdp2",),
     "tp_2": ("tp",), "pp_1f1b": ("pp",), "pp_gpipe": ("pp",),
 }
 
@@ -132,3 +132,14 @@ def test_reshard_after_forward_shows_as_backward_all_gathers():
     ag_on = sum(n for (_, k), n in raw_on.items() if k == "allgather")
     ag_off = sum(n for (_, k), n in raw_off.items() if k == "allgather")
     assert ag_on == 2 * ag_off  # each block gathered again for backward
+
+
+def test_fsdp_straggler_named_with_its_data_step():
+    """Rank 1 sleeps before each batch (outside forward, backward and the optimizer): the cross-rank record names
+    it and puts its excess under the training thread's other work, most of the sleep."""
+    rep = _report("fsdp2_slow_rank1")
+    slow = rep.ranks[0].metadata["extra"]["slow"]
+    s = rep.cross_rank["straggler"]
+    assert s["rank"] == slow["rank"]
+    assert s["cause"]["metric"] == "cpu_other"
+    assert 0.5 * slow["ms"] * 1e3 < s["cause"]["difference_us"] < 1.5 * slow["ms"] * 1e3

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from .comm_names import POINT_TO_POINT
+from .comm_names import POINT_TO_POINT, is_collective_op
 
 # What each strategy leaves in a trace (record_function annotations of torch.distributed).
 DDP_MARKS = ("DistributedDataParallel.forward",)
@@ -113,8 +113,6 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
 
 
 def _moves_data(name: str) -> bool:
-    from .comm_names import is_collective_op
-
     return is_collective_op(name) and "wait" not in name
 
 
