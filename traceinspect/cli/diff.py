@@ -1,7 +1,8 @@
 """``traceinspect diff BASE NEW``: what changed between two runs, and whether it is more than noise.
 
-BASE and NEW are each a folder of traces (or one trace file) or a saved ``report.json``. The comparison itself is
-``traceinspect.report.diff.diff_reports`` (pure); this module loads, renders and handles errors (one line, exit 2).
+BASE and NEW are each a folder of traces (or one trace file) or a saved ``report.json``; several captures a side
+as ``BASE... -- NEW...`` (``cli/diff_sides.py``). The comparison itself is ``traceinspect.report.diff_runs.diff_runs``
+(pure; docs/diff.md); this module loads, renders, gates (exit 1) and handles errors (one line, exit 2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``traceinspect diff --markdown`` and ``--html``: the step-time change, the verdict, and work and rate side by
 side (formatting only: every number comes from the diff dict, ``report/diff_runs.py``). Names from traces are
-escaped: Markdown table cells get ``|``, backticks and markup characters backslash-escaped, HTML is escaped (``html.escape``)."""
+escaped: Markdown gets ``\\ ` * _ [ ] < |`` backslash-escaped, HTML is escaped (``html.escape``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from itertools import zip_longest
 
 from .diff_work_text import name_lines, plain, rate_cells, runs_line, signed_ms, work_cells
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|])")  # what could start markup or end a table cell
 
 
 def md(s) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .diff import describe
+from .diff import blank_comparison, describe
 
 NOT_MEASURED = ("run-to-run variation is not measured (one capture per side): the noise is the step-to-step spread "
                 "inside each run, which can be far smaller than the difference between two captures of one job")
@@ -66,8 +66,7 @@ def compare_runs(base: list[list[float]], new: list[list[float]], step_us: float
         return {"n": s["n"], "mean_us": s["mean_us"], "sd_us": sd}
 
     measured = a["between_var"] is not None or b["between_var"] is not None
-    out = {"base": pub(a), "new": pub(b), "delta_us": None, "rel_change": None, "share_of_step": None,
-           "se_us": None, "noise_us": None, "threshold_us": None, "significant": None, "change": "unknown",
+    out = {**blank_comparison(pub(a), pub(b)),
            "runs": {"base": a["runs"], "new": b["runs"], "measured": measured,
                     "run_means_us": {"base": a["run_means_us"], "new": b["run_means_us"]},
                     "between_run_sd_us": {k: (math.sqrt(s["between_var"]) if s["between_var"] is not None else None)
