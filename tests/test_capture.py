@@ -378,7 +378,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert "What the optimized preset changes" in res.stdout
     # The step time's verdict over the rounds, in its table: never "slower" on a busy machine, and the fixes pay on
     # a quiet one.
-    (verdict,) = re.findall(r"^.*all \d+ .*$", res.stdout, flags=re.M)
+    (verdict,) = re.findall(r"^\s*all \d+ .*$", res.stdout, flags=re.M)
     assert verdict.rstrip().endswith(("faster", "cannot tell: machine busy")), res.stdout
     # Per category, traceinspect diff's changes and the findings that went away.
     assert "Findings" in res.stdout and "gone:" in res.stdout and "comm" in res.stdout

@@ -16,7 +16,7 @@ import click
 
 from ..capture import profiling as _capture
 from ..errors import UsageError
-from .demo_verdict import BUSY, BUSY_SHARE, FASTER, SLOWER, Verdict, judge, mean_sd
+from .demo_verdict import BUSY, BUSY_SHARE, FASTER, NOISE_BASIS, SLOWER, Verdict, judge, mean_sd
 from .launch import CaptureFailed, CliError, _import_torch, _trace_files, run_capture
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine; 8 small micro-batches per optimizer step, so
@@ -112,7 +112,8 @@ def demo(out, nproc, model, overrides, rounds, budget, report, verbose):
 class Round:
     base_us: float      # the baseline capture's step time: its slowest rank's mean step
     new_us: float       # the optimized capture's
-    other_work: float | None  # share of the machine's CPU time other work took just before the round (None: unknown)
+    other_work: float | None  # most of the machine's CPU time other work took before, between or after the
+                              # round's captures (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,14 @@ def _measure(capture: Callable[[str], None], folders: Mapping[str, Path], max_ro
     rounds: list[Round] = []
     t0 = time.monotonic()
     while True:
-        other = None if gpu else _busy_share()  # before our own ranks add to the load
-        reports = {}
+        samples, reports = [], {}
         for preset in PRESETS:
+            samples.append(None if gpu else _busy_share())  # while none of our ranks runs
             capture(preset)
             reports[preset] = report_folder(str(folders[preset]), config or DEFAULT).to_dict()
+        samples.append(None if gpu else _busy_share())
+        known = [x for x in samples if x is not None]
+        other = max(known) if known else None
         dd = diff_reports(reports["baseline"], reports["optimized"])
         overall = dd.get("overall") or {}
         if overall.get("delta_us") is None:
@@ -189,22 +193,24 @@ def render_rounds(measured: Measured, console: Any = None) -> None:
     console = console or Console()
     v = measured.verdict
     t = Table(title="Step time, ms (slowest rank, mean of its steps), baseline and optimized captured in turn",
-              title_justify="left")
+              title_justify="left", box=None, show_edge=False, pad_edge=False, header_style="bold")
     for col, just in (("round", "left"), ("baseline", "right"), ("optimized", "right"), ("change", "right"),
                       ("noise", "right"), ("other work", "right"), ("verdict", "left")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, no_wrap=True)
     for i, r in enumerate(measured.rounds, 1):
         other = "-" if r.other_work is None else f"{100 * r.other_work:.0f} %"
         t.add_row(str(i), f"{r.base_us / 1000:.2f}", f"{r.new_us / 1000:.2f}", f"{(r.new_us - r.base_us) / 1000:+.2f}",
                   "", other, "")
     base_sd, new_sd = (_sd([getattr(r, k) for r in measured.rounds]) for k in ("base_us", "new_us"))
     rel = f" ({100 * v.rel_change:+.0f} %)" if v.rel_change is not None else ""
-    noise = "-" if v.threshold_us is None else f"±{v.threshold_us / 1000:.2f} ({v.noise})"
+    noise = "-" if v.threshold_us is None else f"±{v.threshold_us / 1000:.2f}"
     style = {FASTER: "bold green", SLOWER: "bold red"}.get(v.label, "bold yellow")
     t.add_row(f"all {len(measured.rounds)}", f"{v.base_us / 1000:.2f}{base_sd}", f"{v.new_us / 1000:.2f}{new_sd}",
               f"{v.delta_us / 1000:+.2f}{rel}", noise, "busy" if v.busy else "quiet", f"[{style}]{v.label}[/]",
               end_section=True)
     console.print(t)
+    console.print(f"noise: {NOISE_BASIS[v.noise]}; other work: the cores' busy share around the captures "
+                  f"(busy above {100 * BUSY_SHARE:.0f} %)")
     if v.label == BUSY:
         console.print("Other work kept this machine's cores busy, so the two presets' step times say more about the "
                       "machine than about the fixes; run the demo again when it is quiet (or with --rounds more).")

@@ -13,7 +13,7 @@ line). With ``k_b`` and ``k_o`` captures and means ``M_b``, ``M_o``, the change 
 * **step to step** (one capture a side, quiet machine only): the diff's own ``2 x SE`` over the steps.
 
 The change counts when ``|delta| > max(noise, MIN_SHARE * M_b)``: ``faster`` (delta < 0) or ``slower``. On a busy
-machine (other work kept the cores over ``BUSY_SHARE`` busy when a capture was about to start) a step-to-step noise
+machine (other work kept the cores over ``BUSY_SHARE`` busy just before or after a capture) a step-to-step noise
 is not trusted, and a change that is not faster reads ``cannot tell: machine busy``: the optimized step is the more
 CPU-bound of the two, so competing work takes its share of the cores from it while the baseline spends that time
 waiting in collectives anyway; a slower reading there is the machine's, not the fixes'.
@@ -32,8 +32,12 @@ BUSY = "cannot tell: machine busy"
 
 #: Smallest change that counts, as a share of the baseline's step (the diff's MIN_SHARE).
 MIN_SHARE = 0.01
-#: Share of the machine's CPU time that other work must take, just before a capture, to call the machine busy.
+#: Share of the machine's CPU time that other work must take, around a capture, to call the machine busy.
 BUSY_SHARE = 0.5
+#: What the threshold was made of, by ``Verdict.noise``.
+NOISE_BASIS = {"between runs": "between runs, t95 x the standard error of the captures' mean step times",
+               "step to step": "step to step, 2 x the standard error of one capture a side",
+               "unknown": "unknown with one capture a side on a busy machine"}
 #: Two-sided 95 % quantiles of Student's t by degrees of freedom (beyond 30: the normal's 1.96).
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
