@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -77,3 +78,15 @@ def test_names_from_traces_are_data_in_every_page():
     assert "\x1b" not in html + md + text
     assert "\\<script" in md and "<script" not in md.replace("\\<script", "") and "\\|" in md
     assert "<script>alert(1)</script>|`x`*?[31m" in text
+
+
+def test_the_published_diff_schema_is_what_the_schema_command_prints():
+    """docs/diff.schema.json equals `traceinspect schema --diff` (regenerate it when the diff's Structs change)."""
+    from click.testing import CliRunner
+
+    from traceinspect.cli.main import cli
+
+    printed = CliRunner().invoke(cli, ["schema", "--diff"]).output
+    published = (Path(__file__).parents[2] / "docs" / "diff.schema.json").read_text()
+    assert printed == published
+    assert json.loads(published)["title"] == "traceinspect.diff/1"

@@ -127,3 +127,8 @@ def diff_json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "traceinspect.diff/1"
     return schema
+
+
+def diff_schema_text() -> str:
+    """The published JSON Schema of the diff (docs/diff.schema.json) as text."""
+    return msgspec.json.format(msgspec.json.encode(diff_json_schema()), indent=2).decode() + "\n"
