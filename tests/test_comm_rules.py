@@ -25,8 +25,10 @@ from traceinspect.analyze.cross_rank import cross_rank_analysis
 from traceinspect.load.reader import load
 from traceinspect.diagnose import exposed_comm, get_rule, small_buckets, straggler, sync_every_microstep
 
+from conftest import STRAGGLER_ITEM_DELAY_MS
 from public_traces import DDP_2RANK, DIFF_CONTROL, need, only_file, raw_events
 
+pytestmark = pytest.mark.timing
 NOCACHE = Config(use_cache=False, workers=1)
 MIB = 1024 * 1024
 
@@ -44,12 +46,12 @@ SPECS = {
     "tiny_buckets": (2, {"bucket_cap_mb": 0.05, "no_sync": False}),
     # sync-every-microstep fires; no slow rank (the straggler control)
     "default_sync": (2, {"bucket_cap_mb": 25.0, "no_sync": False}),
-    # no_sync on all micro-batches but the last (the sync-every-microstep twin), rank 1's loader sleeps 2 ms
-    # per sample (8 samples x 4 micro-batches: 64 ms per step), only on rank 1
-    "slow_rank_2": (2, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 1, "item_delay_ms": 2.0}),
-    "slow_rank_4": (4, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 2, "item_delay_ms": 2.0}),
+    # no_sync on all micro-batches but the last (the sync-every-microstep twin), rank 1's loader sleeps 12 ms
+    # per sample (8 samples x 4 micro-batches: 384 ms per step), only on rank 1
+    "slow_rank_2": (2, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 1, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS}),
+    "slow_rank_4": (4, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 2, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS}),
 }
-INJECTED_DELAY_US = 8 * 2.0 * 4 * 1000  # batch_size x item_delay_ms x accum_steps
+INJECTED_DELAY_US = 8 * STRAGGLER_ITEM_DELAY_MS * 4 * 1000  # batch_size x item_delay_ms x accum_steps
 GRAD_BYTES = (48 * (64 * 64 + 64) + 64 * 2 + 2) * 4  # the deep model's fp32 gradients, from its definition
 
 
@@ -99,11 +101,11 @@ def _steps(raw):
 
 @pytest.mark.parametrize("mod", [small_buckets, sync_every_microstep, exposed_comm, straggler])
 def test_rule_modules_are_documented(mod):
-    assert get_rule(mod.ID) is mod
+    assert get_rule(mod.RULE.id) is mod.RULE
     doc = mod.__doc__
     for part in ("**Detects**", "**Condition**", "**Why it matters**", "**Fix**"):
-        assert part in doc, (mod.ID, part)
-    assert mod.TITLE
+        assert part in doc, (mod.RULE.id, part)
+    assert mod.RULE.title and mod.RULE.doc == doc.strip()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -164,7 +166,7 @@ def test_small_buckets_public_trace_quiet_by_default_and_recommends_when_thresho
     rep = analyze(load(f, NOCACHE), NOCACHE)
     assert not findings(rep, "small-buckets")  # 5 buckets of 8-31 MB: not small
     cfg = NOCACHE.with_overrides(small_bucket_min_count=4, small_bucket_bytes=64 * MIB)
-    (fd,) = small_buckets.check(rep, cfg)
+    (fd,) = small_buckets.RULE.check(rep, cfg)
     e = fd.evidence["per_rank"][0]
     grad = sum(sizes)
     assert e["grad_bytes_per_round"] == grad == 102228128
@@ -274,8 +276,8 @@ def test_exposed_comm_public_trace_threshold_and_evidence():
     else:
         assert not fs
     # decision boundary: just above / below the measured share
-    assert exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
-    assert not exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 1.01))
+    assert exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
+    assert not exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 1.01))
 
 
 def test_exposed_comm_on_hta_ddp_is_below_threshold_with_its_tail():
@@ -286,7 +288,7 @@ def test_exposed_comm_on_hta_ddp_is_below_threshold_with_its_tail():
     assert share < 0.10
     rep = analyze(load(f, NOCACHE), NOCACHE)
     assert not findings(rep, "exposed-comm")
-    (fd,) = exposed_comm.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
+    (fd,) = exposed_comm.RULE.check(rep, NOCACHE.with_overrides(comm_exposed_share_warning=share * 0.99))
     e = fd.evidence["per_rank"][0]
     assert e["tail_us_per_step"] == pytest.approx(float(np.mean(rep.ranks[0].steps["comm_tail_us"])))
     assert 0 < e["tail_us_per_step"] < e["exposed_comm_us_per_step"]
@@ -297,7 +299,7 @@ def test_exposed_comm_subtracts_waiting_for_the_straggler(report):
     waits = {(w["rank"], w["step"]): w["wait_us"] for w in rep.cross_rank["wait"]}
     ra0 = next(r for r in rep.ranks if r.rank == 0)
     cfg = NOCACHE.with_overrides(comm_exposed_share_warning=0.0)
-    (fd,) = exposed_comm.check(rep, cfg)
+    (fd,) = exposed_comm.RULE.check(rep, cfg)
     e = next(x for x in fd.evidence["per_rank"] if x["rank"] == 0)
     w = np.array([waits[(0, int(s))] for s in ra0.steps["step"]])
     assert e["waiting_for_other_ranks_us_per_step"] == pytest.approx(float(w.mean()))
@@ -394,7 +396,7 @@ def test_straggler_names_the_slow_rank_and_its_dataloader(capture, report, name,
     # per step the median of the others, then the mean over steps; close to the mean of the others' means
     assert ev["cause"]["others_us"] < 0.2 * ev["cause"]["late_rank_us"]
     assert min(others) * 0.5 < ev["cause"]["others_us"] < max(others) * 2
-    # 8 items x 2 ms x 4 micro-batches of sleep per step on the slow rank alone
+    # 8 items x 12 ms x 4 micro-batches of sleep per step on the slow rank alone
     assert ev["cause"]["difference_us"] > 0.8 * INJECTED_DELAY_US
     assert ev["share_of_step"] >= NOCACHE.straggler_skew_share_warning
     assert "DataLoader" in f.fix and f.severity in ("warning", "critical")

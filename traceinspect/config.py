@@ -1,11 +1,18 @@
 """One typed configuration for the whole analysis, passed explicitly (no hidden config files).
 
-Every threshold says why it has the value it has; rules document the same values in their own docs.
+Every threshold says why it has the value it has (``setting(default, why)``: the field's metadata, what
+``explain`` prints); rules document the same values in their own docs and declare which they read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
+
+
+def setting(default, why: str):
+    """A threshold: its default and why it has that value (``reason``; ``traceinspect explain RULE`` shows it)."""
+    return field(default=default, metadata={"why": why})
+
 
 
 @dataclass(frozen=True)
@@ -29,146 +36,169 @@ class Config:
     run: int | None = None
 
     # --- dataloader-stall --------------------------------------------------------------------------------------
-    # Share of a step the main thread spends waiting in DataLoader.__next__ before we call it a stall. 10 %: below
-    # that, a faster loader gains little; above it, the data pipeline is a first-order cost of every step.
-    dataloader_share_warning: float = 0.10
-    # Half the step in the loader is a loader-bound job: critical.
-    dataloader_share_critical: float = 0.30
+    dataloader_share_warning: float = setting(
+        0.10,
+        "Share of a step the main thread spends waiting in DataLoader.__next__ before we call it a stall. 10 "
+        "%: below that, a faster loader gains little; above it, the data pipeline is a first-order cost of "
+        "every step.")
 
     # --- pageable-memcpy ---------------------------------------------------------------------------------------
-    # Any pageable host<->device copy is worth fixing (pinning is free), but a few bytes (e.g. a scalar .item())
-    # are not a data-transfer problem. Copies below this many bytes per step are ignored by the rule.
-    pageable_min_bytes_per_step: int = 64 * 1024
-    # Pageable copies taking more than this share of the step are a warning, above 2x this critical.
-    pageable_share_warning: float = 0.02
+    pageable_min_bytes_per_step: int = setting(
+        64 * 1024,
+        "Any pageable host<->device copy is worth fixing (pinning is free), but a few bytes (e.g. a scalar "
+        ".item()) are not a data-transfer problem. Copies below this many bytes per step are ignored by the "
+        "rule.")
 
     # --- host-sync ---------------------------------------------------------------------------------------------
-    # Share of the step the CPU is blocked in synchronizing CUDA calls. 5 %: a blocked CPU cannot queue the next
-    # kernels, so each sync drains the GPU's queue; a couple of percent is normal (loss logging every step).
-    host_sync_share_warning: float = 0.05
-    # A fifth of the step blocked: the GPU waits on the CPU every step, critical.
-    host_sync_share_critical: float = 0.20
+    host_sync_share_warning: float = setting(
+        0.05,
+        "Share of the step the CPU is blocked in synchronizing CUDA calls. 5 %: a blocked CPU cannot queue "
+        "the next kernels, so each sync drains the GPU's queue; a couple of percent is normal (loss logging "
+        "every step).")
 
     # --- gpu-idle ----------------------------------------------------------------------------------------------
-    # GPU idle share of the step window. nvidia-smi's 0-95 % flicker corresponds to idle shares of 20 % and more;
-    # 15 % is where a training step is clearly not keeping the GPU fed.
-    gpu_idle_share_warning: float = 0.15
-    # Idle 40 % of the step: most of the GPU is being paid for nothing, critical.
-    gpu_idle_share_critical: float = 0.40
-    # A kernel shorter than this (us) is "short": launch overhead (~5-10 us per launch on the CPU) rivals it.
-    short_kernel_us: float = 10.0
+    gpu_idle_share_warning: float = setting(
+        0.15,
+        "GPU idle share of the step window. nvidia-smi's 0-95 % flicker corresponds to idle shares of 20 % "
+        "and more; 15 % is where a training step is clearly not keeping the GPU fed.")
+    short_kernel_us: float = setting(
+        10.0,
+        "A kernel shorter than this (us) is \"short\": launch overhead (~5-10 us per launch on the CPU) rivals "
+        "it.")
 
     # --- exposed-comm ------------------------------------------------------------------------------------------
-    # Communication not hidden behind compute, as a share of the step.
-    comm_exposed_share_warning: float = 0.10
-    # Almost a third of the step waiting for communication: critical (also the sync-every-microstep critical).
-    comm_exposed_share_critical: float = 0.30
+    comm_exposed_share_warning: float = setting(
+        0.10,
+        "Communication not hidden behind compute, as a share of the step.")
 
     # --- small-buckets -----------------------------------------------------------------------------------------
-    # DDP's default bucket cap (bytes): 25 MiB. Buckets far below it are latency-bound.
-    ddp_bucket_cap_bytes: int = 25 * 1024 * 1024
-    # A step with at least this many gradient all-reduces per round, most of them smaller than
-    # small_bucket_bytes, spends its communication on per-call latency rather than bandwidth.
-    small_bucket_min_count: int = 8
-    # 4 MiB: below roughly this size an NCCL all-reduce on NVLink/IB does not reach its bus bandwidth (the
-    # nccl-tests curves flatten between 4 and 64 MiB), so each call costs mostly fixed latency.
-    small_bucket_bytes: int = 4 * 1024 * 1024
-    # Share of all-reduce calls of a round that must be small for the rule to fire.
-    small_bucket_share: float = 0.5
-    # The recommended bucket_cap_mb aims at this many buckets per round: 4-8 buckets keep the first all-reduces
-    # overlapping the rest of backward while each is large enough to run near bus bandwidth.
-    small_bucket_target_buckets: int = 6
+    small_bucket_min_count: int = setting(
+        8,
+        "A step with at least this many gradient all-reduces per round, most of them smaller than "
+        "small_bucket_bytes, spends its communication on per-call latency rather than bandwidth.")
+    small_bucket_bytes: int = setting(
+        4 * 1024 * 1024,
+        "4 MiB: below roughly this size an NCCL all-reduce on NVLink/IB does not reach its bus bandwidth (the "
+        "nccl-tests curves flatten between 4 and 64 MiB), so each call costs mostly fixed latency.")
+    small_bucket_share: float = setting(
+        0.5,
+        "Share of all-reduce calls of a round that must be small for the rule to fire.")
 
     # --- straggler ---------------------------------------------------------------------------------------------
-    # Mean arrival skew at collectives, as a share of the step, above which one rank is holding the others back.
-    straggler_skew_share_warning: float = 0.05
-    # ... and at least this many microseconds (tiny steps make shares noisy).
-    straggler_min_skew_us: float = 500.0
-    # Critical when the skew the straggler causes is this share of the step.
-    straggler_skew_share_critical: float = 0.20
-    # The same rank must arrive last at this share of collectives, or cause this share of all the waiting:
-    # below both, ranks taking turns is noise.
-    straggler_min_last_share: float = 0.6
+    straggler_skew_share_warning: float = setting(
+        0.05,
+        "The waiting one rank causes the others at collectives (net of the waiting they cause one another), as "
+        "a share of the step, above which it is holding them back: below 5 % arrival jitter is ordinary.")
+    straggler_min_skew_us: float = setting(
+        500.0,
+        "... and at least this many microseconds per step (tiny steps make shares noisy).")
+    straggler_min_last_share: float = setting(
+        0.6,
+        "The same rank must arrive last at this share of collectives, or cause this share of all the waiting: "
+        "below both, ranks taking turns is noise.")
 
     # --- no-mixed-precision -----------------------------------------------------------------------------------
-    # Share of kernel time in fp32 (FFMA, not TF32, not 16-bit) matrix work on a GPU with tensor cores
-    # (compute capability >= 8). A bf16 tensor-core GEMM is 8-16x faster than FFMA, so 20 % of kernel time is worth
-    # a precision review; half of it is critical.
-    fp32_matmul_share_warning: float = 0.20
-    # Half of kernel time in fp32 matrix work: critical.
-    fp32_matmul_share_critical: float = 0.50
-
-    # --- gradscaler-with-bf16 ---------------------------------------------------------------------------------
-    # The scaler's own time per step as a share of the step: below 1 % the finding is info (the fix is free anyway).
-    gradscaler_share_warning: float = 0.01
+    fp32_matmul_share_warning: float = setting(
+        0.20,
+        "Share of kernel time in fp32 (FFMA, not TF32, not 16-bit) matrix work on a GPU with tensor cores "
+        "(compute capability >= 8). A bf16 tensor-core GEMM is 8-16x faster than FFMA, so 20 % of kernel time "
+        "is worth a precision review.")
 
     # --- launch-bound -----------------------------------------------------------------------------------------
-    # GPU idle not explained by data waits or syncs, as a share of the step: large enough to recover.
-    launch_bound_idle_share: float = 0.20
-    # Half the step idle for want of launches: critical.
-    launch_bound_idle_share_critical: float = 0.50
-    # Steps with very few kernels cannot be launch-bound.
-    launch_bound_min_kernels: int = 20
+    launch_bound_idle_share: float = setting(
+        0.20,
+        "GPU idle not explained by data waits or syncs, as a share of the step: large enough to recover.")
+    launch_bound_min_kernels: int = setting(
+        20,
+        "Steps with very few kernels cannot be bound by their launches.")
 
     # --- optimizer-not-fused ----------------------------------------------------------------------------------
-    # Optimizer CPU time share of the step above which the finding is a warning rather than info.
-    optimizer_share_warning: float = 0.05
-    # An optimizer step with fewer ops than this is not judged.
-    optimizer_min_ops: int = 4
+    optimizer_min_ops: int = setting(
+        4,
+        "An optimizer step with fewer ops than this is not judged.")
 
     # --- tensor-core-alignment --------------------------------------------------------------------------------
-    # Share of 16-bit GEMM time in GEMMs whose dimensions are not multiples of 8.
-    tc_alignment_share: float = 0.10
-    # Share of kernels named align1/2/4 (narrow vector loads) that makes it a warning.
-    tc_alignment_narrow_share: float = 0.10
+    tc_alignment_share: float = setting(
+        0.10,
+        "Share of 16-bit GEMM time in GEMMs whose dimensions are not multiples of 8.")
 
     # --- severity, from the time a finding claims (docs/findings.md) -------------------------------------------
-    # One scale for every rule, applied after the accounting has given each finding its disjoint claim.
-    # Critical: a quarter of the step, and at least 1 ms: fixing it alone makes the job visibly faster (a 4/3
-    # speed-up or more), and a sub-millisecond wait never is (a 26 us sync on a 100 us step is noise, not an
-    # emergency).
-    severity_critical_share: float = 0.25
-    # Critical's absolute floor (us): see above.
-    severity_critical_min_us: float = 1000.0
-    # Warning: 5 % of the step and 100 us: the smallest saving worth a code change on a job that runs for days.
-    severity_warning_share: float = 0.05
-    # Warning's absolute floor (us): see above.
-    severity_warning_min_us: float = 100.0
-    # A claim smaller than this many standard errors of the rank's mean step cannot be told from the
-    # step-to-step noise (a fix could not be confirmed by measuring the step): at most info.
-    severity_noise_se: float = 2.0
-    # Thin evidence caps a finding at warning: fewer steps than this, or (cross-rank rules) fewer matched
-    # collectives than this. With 3 steps one outlier is a third of the sample.
-    thin_evidence_min_steps: int = 4
-    # Matched collectives below which a cross-rank finding rests on thin evidence: see above.
-    thin_evidence_min_collectives: int = 10
-    # pageable-memcpy: the pinned bandwidth a pageable copy is compared with when the trace has no pinned copy of
-    # its own to measure. 25 GB/s: a pinned copy over PCIe Gen4 x16 in practice (Gen5 parts reach ~50), so the
-    # saving is not overstated.
-    pinned_h2d_gbps_assumed: float = 25.0
-    # A step in which the GPU idled at least this long (us) waiting for the DataLoader, and at least
-    # loader_paced_min_share of the step, is paced by the loader: a faster GPU does not make the next batch arrive
-    # sooner, so GPU-side savings (compute) claim nothing of it until the loader's fix. 100 us: the warning floor,
-    # far above the few microseconds a ready batch takes to hand over.
-    loader_paced_min_us: float = 100.0
-    # The share of the step the data wait must also reach: 2 %, above the jitter of a loader that keeps up (a
-    # 120 us wait in a 123 ms step is a batch that was nearly ready, not a loader setting the pace).
-    loader_paced_min_share: float = 0.02
-    # Kernels bf16 autocast adds per fp32 GEMM kernel: each matrix op casts its two fp32 inputs (input, weight)
-    # forward and the cast's gradients flow back, ~4 cast kernels per op, whose 3 GEMMs (forward, two
-    # backward) are in the trace: 4/3. Each added kernel costs the CPU its measured time per launch.
-    autocast_casts_per_gemm: float = 4.0 / 3.0
-    # A DataLoader with workers and pin_memory=True hands every batch to one thread of the training process, which
-    # rebuilds it from the workers' shared memory and copies it into pinned memory; no trace records that thread.
-    # Where the capture did not time it, no claim counts a step shorter than the step's pinned batch bytes take at
-    # this rate (GB/s): the slowest it ran in our captures (2.4 GB/s: 7.05 ms a 16.8 MB batch, H200 host,
-    # fixtures/gpu_pairs/s3_big_clean; 3.5-7.0 ms in all four s3 captures). The part below is left uncounted.
-    pin_thread_min_gbps: float = 2.4
+    severity_critical_share: float = setting(
+        0.25,
+        "One scale for every rule, applied after the accounting has given each finding its disjoint claim. "
+        "Critical: a quarter of the step, and at least 1 ms: fixing it alone makes the job visibly faster (a "
+        "4/3 speed-up or more), and a sub-millisecond wait never is (a 26 us sync on a 100 us step is noise, "
+        "not an emergency).")
+    severity_critical_min_us: float = setting(
+        1000.0,
+        "Critical's absolute floor (us): see above.")
+    severity_warning_share: float = setting(
+        0.05,
+        "Warning: 5 % of the step and 100 us: the smallest saving worth a code change on a job that runs for "
+        "days.")
+    severity_warning_min_us: float = setting(
+        100.0,
+        "Warning's absolute floor (us): see above.")
+    severity_noise_se: float = setting(
+        2.0,
+        "A claim smaller than this many standard errors of the rank's mean step cannot be told from the "
+        "step-to-step noise (a fix could not be confirmed by measuring the step): at most info.")
+    thin_evidence_min_steps: int = setting(
+        4,
+        "Thin evidence caps a finding at warning: fewer steps than this, or (cross-rank rules) fewer matched "
+        "collectives than this. With 3 steps one outlier is a third of the sample.")
+    thin_evidence_min_collectives: int = setting(
+        10,
+        "Matched collectives below which a cross-rank finding rests on thin evidence: see above.")
+    pinned_h2d_gbps_assumed: float = setting(
+        25.0,
+        "The pinned bandwidth a pageable copy is compared with when the trace has no pinned "
+        "copy of its own to measure. 25 GB/s: a pinned copy over PCIe Gen4 x16 in practice (Gen5 parts reach "
+        "~50), so the saving is not overstated.")
+    loader_paced_min_us: float = setting(
+        100.0,
+        "A step in which the GPU idled at least this long (us) waiting for the DataLoader, and at least "
+        "loader_paced_min_share of the step, is paced by the loader: a faster GPU does not make the next "
+        "batch arrive sooner, so GPU-side savings (compute) claim nothing of it until the loader's fix. 100 "
+        "us: the warning floor, far above the few microseconds a ready batch takes to hand over.")
+    loader_paced_min_share: float = setting(
+        0.02,
+        "The share of the step the data wait must also reach: 2 %, above the jitter of a loader that keeps up "
+        "(a 120 us wait in a 123 ms step is a batch that was nearly ready, not a loader setting the pace).")
+    autocast_casts_per_gemm: float = setting(
+        4.0 / 3.0,
+        "Kernels bf16 autocast adds per fp32 GEMM kernel: each matrix op casts its two fp32 inputs (input, "
+        "weight) forward and the cast's gradients flow back, ~4 cast kernels per op, whose 3 GEMMs (forward, "
+        "two backward) are in the trace: 4/3. Each added kernel costs the CPU its measured time per launch.")
+    pin_thread_min_gbps: float = setting(
+        2.4,
+        "A DataLoader with workers and pin_memory=True hands every batch to one thread of the training "
+        "process, which rebuilds it from the workers' shared memory and copies it into pinned memory; no "
+        "trace records that thread. Where the capture did not time it, no claim counts a step shorter than "
+        "the step's pinned batch bytes take at this rate (GB/s): the slowest it ran in our captures (2.4 "
+        "GB/s: 7.05 ms a 16.8 MB batch, H200 host, fixtures/gpu_pairs/s3_big_clean; 3.5-7.0 ms in all four s3 "
+        "captures). The part below is left uncounted.")
 
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches
     # `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.
     util_window_us: float = 100_000.0
+
+    # --- limits: what one trace file may cost (docs/folders.md, "Limits") --------------------------------------
+    # A file past a limit is skipped with a one-line reason naming the limit; the other files still report.
+    # A compressed trace may inflate to at most this many times its size on disk. Kineto's JSON compresses 10-25x
+    # (46x the most repetitive capture in fixtures/, a CUDA-graph replay); a gzip of whitespace or of one event
+    # repeated reaches ~1000x: a decompression bomb, which would otherwise cost memory without bound.
+    max_inflate_ratio: float = 200.0
+    # ... but any compressed file may inflate to this many bytes (a small file's ratio says little).
+    min_inflate_cap_bytes: int = 64 << 20
+    # Text without an event boundary (one event, or what follows the last one) past this many bytes stops a file
+    # read in pieces: the largest events are a few MB (a kernel name of a MB is hostile already); beyond that the
+    # reader would hold text it cannot cut, however long.
+    max_event_bytes: int = 64 << 20
+    # A world size in a trace's metadata above this is implausible (the largest training jobs run on ~10^5
+    # GPUs): it is read as unknown, with a one-line note, so missing ranks are never counted up to it.
+    max_world_size: int = 1 << 20
 
     def with_overrides(self, **kw) -> "Config":
         known = {f.name for f in fields(self)}
@@ -176,17 +206,41 @@ class Config:
         if bad:
             from .errors import UsageError
 
-            raise UsageError(f"unknown setting(s): {', '.join(bad)}")
+            gone = [f"{n}: removed ({REMOVED[n]})" for n in bad if n in REMOVED]
+            raise UsageError("; ".join(gone) if gone else f"unknown setting(s): {', '.join(bad)}")
         return replace(self, **kw)
 
     def with_settings(self, pairs) -> "Config":
-        """``["pageable_share_warning=0.05", ...]`` (``--set``) -> a new Config; each value parsed as its field's
+        """``["host_sync_share_warning=0.1", ...]`` (``--set``) -> a new Config; each value parsed as its field's
         type (int or float) and checked (finite, >= 0, shares at most 1). One-line error otherwise."""
         return replace(self, **dict(parse_setting(p) for p in pairs))
 
 
 # Settings ``--set`` may change: the thresholds. Where and how to run have their own options (--workers, ...).
 _NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler", "run")
+# The limits bound what reading costs; they are no rule's threshold (raise one with Config(...) in the Python API).
+_NOT_SETTABLE += ("max_inflate_ratio", "min_inflate_cap_bytes", "max_event_bytes", "max_world_size")
+# Settings that no longer exist, and what replaced them: a finding's severity comes from the time it claims, on
+# one scale for every rule (docs/findings.md), so the rules' own severity lines did nothing.
+_BY_CLAIM = "severity comes from the time a finding claims"
+REMOVED = {
+    **{f"{rule}_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us"
+       for rule in ("dataloader", "host_sync", "gpu_idle", "comm_exposed", "fp32_matmul")},
+    "straggler_skew_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us",
+    "launch_bound_idle_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us",
+    **{name: f"{_BY_CLAIM}: use severity_warning_share / severity_warning_min_us"
+       for name in ("pageable_share_warning", "gradscaler_share_warning", "optimizer_share_warning",
+                    "tc_alignment_narrow_share")},
+    "ddp_bucket_cap_bytes": "it only echoed DDP's default bucket cap (25 MiB) into the evidence",
+    "small_bucket_target_buckets": "the recommended bucket cap aims at 6 buckets per round, a constant of the "
+                                   "rule (4-8 keep the first all-reduces overlapping backward)",
+}
+
+
+def reason(name: str) -> str:
+    """Why a threshold has its value (its ``setting`` metadata)."""
+    by_name = {f.name: f for f in fields(Config)}
+    return by_name[name].metadata.get("why", "") if name in by_name else ""
 
 
 def thresholds() -> list:
@@ -202,7 +256,9 @@ def parse_setting(text: str) -> tuple[str, object]:
     name, raw = name.strip(), raw.strip()
     by_name = {f.name: f for f in thresholds()}
     if not sep or not name:
-        raise UsageError(f"--set {text!r}: expected NAME=VALUE, e.g. --set pageable_share_warning=0.05")
+        raise UsageError(f"--set {text!r}: expected NAME=VALUE, e.g. --set host_sync_share_warning=0.1")
+    if name in REMOVED:
+        raise UsageError(f"--set {name}: removed ({REMOVED[name]})")
     if name not in by_name:
         close = [n for n in by_name if name.split("_")[0] in n][:4]
         hint = (f" (did you mean {', '.join(close)}?)" if close

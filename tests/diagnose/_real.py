@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reference import union_us  # noqa: F401  (re-exported for the tests here)
 
+import functools
 import gzip
 import json
 import re
@@ -21,6 +22,13 @@ CFG = Config(use_cache=False, workers=1)
 
 def report(folder: Path) -> dict:
     return analyze(load(folder, CFG), CFG).to_dict()
+
+
+@functools.lru_cache(maxsize=None)
+def analysis(folder: Path):
+    """The live report of a folder (findings as ``Finding``, ranks as ``RankAnalysis``), analyzed once per test
+    session: read it, do not change it."""
+    return analyze(load(folder, CFG), CFG)
 
 
 def findings(folder: Path) -> dict:

@@ -98,7 +98,7 @@ class _BarObserver:
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
 @no_cache_option
 @cache_dir_option
-@settings_option("Change a threshold, e.g. --set pageable_share_warning=0.05 (repeatable; see `explain RULE`).")
+@settings_option("Change a threshold, e.g. --set host_sync_share_warning=0.1 (repeatable; see `explain RULE`).")
 @workers_option
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
@@ -210,7 +210,7 @@ def explain(rule_id, settings) -> None:
     it reads with their current values."""
     import textwrap
 
-    from ..config import Config, field_comments
+    from ..config import Config, reason
     from ..diagnose import all_rules, doc_of, get_rule, thresholds_of
 
     mod = get_rule(rule_id)
@@ -221,22 +221,27 @@ def explain(rule_id, settings) -> None:
     from ..render.text import rst_text
 
     click.echo(rst_text(doc_of(mod)))
-    names = thresholds_of(mod)
+    names = thresholds_of(mod)  # what the rule declares it reads (its detection's, then its claim's)
     if names:
         click.echo("\nThresholds (change with `traceinspect report DIR --set NAME=VALUE`):")
-        notes = field_comments()
         for n in names:
             value, was = getattr(chosen, n), getattr(default, n)
             changed = "" if value == was else f" (default {was})"
             click.echo(f"  {n} = {value}{changed}")
-            if notes.get(n):
-                click.echo(textwrap.fill(notes[n], 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            if reason(n):
+                click.echo(textwrap.fill(reason(n), 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
 
 
 @cli.command()
 @click.option("--columns", is_flag=True, help="Print the step fields as a Markdown table instead (docs/metrics.md).")
-def schema(columns) -> None:
+@click.option("--diff", "of_diff", is_flag=True, help="Print the JSON Schema of `diff --json` instead (docs/diff.schema.json).")
+def schema(columns, of_diff) -> None:
     """Print the JSON Schema of the report (``report --json``), generated from its types (docs/report.schema.json)."""
+    if of_diff:
+        from ..report.diff_doc import diff_schema_text
+
+        click.echo(diff_schema_text(), nl=False)
+        return
     if columns:
         from ..report.columns import columns_markdown
 

@@ -1,19 +1,21 @@
 """The rules: one module each, a stable id, the module docstring is the rule's documentation.
 
-A rule module defines ``ID`` (stable, used in the JSON contract), ``TITLE``, ``NEEDS`` (the step columns and
-tables it reads) and ``check(report, config) -> list[Finding]``. ``check`` reads only the analyzed report (per-rank
-step tables and summaries), never raw events, so rules run the same whether ranks were analyzed locally or on a
-cluster. A rule module that cannot be imported, or whose needs a rank does not meet, is an error in the report
-(``errors``), never a silent skip; the other rules still run.
+A rule module declares itself in one ``RULE = Rule(...)`` (_rule.py: its stable id, title, needs, claim, verdict
+label, settings, evidence type, fix and ``check(report, config) -> list[Finding]``). ``check`` reads only the
+analyzed report (per-rank step tables and summaries), never raw events, so rules run the same whether ranks were
+analyzed locally or on a cluster. A rule module that cannot be imported, declares no rule, or whose needs a rank
+does not meet, is an error in the report (``errors``), never a silent skip; the other rules still run. Adding a
+rule is one module and one line in ``RULE_MODULES``.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-import re
-from dataclasses import dataclass, fields
-from types import ModuleType
+
+from ._rule import Needs, Rule, declared
+
+__all__ = ["RULE_MODULES", "Needs", "Rule", "load_rules", "all_rules", "get_rule", "doc_of", "missing_needs",
+           "run_rules", "thresholds_of"]
 
 # Order = the order findings are listed in when severities tie.
 RULE_MODULES = (
@@ -33,43 +35,35 @@ RULE_MODULES = (
 )
 
 
-@dataclass(frozen=True)
-class Needs:
-    """What a rule reads from each rank: checked before it runs."""
-
-    steps: tuple[str, ...] = ()  # step columns on every rank
-    gpu_steps: tuple[str, ...] = ()  # step columns on GPU-basis ranks (CPU-only traces have no kernels or copies)
-    tables: tuple[str, ...] = ()  # per-rank tables (``ra.tables``)
-
-
-def load_rules() -> tuple[list[ModuleType], list[str]]:
-    """(rule modules in listing order, one error line per rule module that cannot be imported)."""
+def load_rules() -> tuple[list[Rule], list[str]]:
+    """(rule declarations in listing order, one error line per rule module that cannot be imported or declares no
+    rule)."""
     out, errors = [], []
     for name in RULE_MODULES:
         try:
-            out.append(importlib.import_module(f"{__name__}.{name}"))
+            out.append(declared(importlib.import_module(f"{__name__}.{name}")))
         except Exception as exc:  # a broken rule module must not take the other rules down
             errors.append(f"rule module {name} cannot be loaded: {type(exc).__name__}: {exc}")
     return out, errors
 
 
-def all_rules() -> list[ModuleType]:
-    """Rule modules that load, in listing order (``load_rules`` also says which do not)."""
+def all_rules() -> list[Rule]:
+    """Rule declarations that load, in listing order (``load_rules`` also says which do not)."""
     return load_rules()[0]
 
 
-def get_rule(rule_id: str) -> ModuleType | None:
+def get_rule(rule_id: str) -> Rule | None:
     for mod in all_rules():
         if mod.ID == rule_id:
             return mod
     return None
 
 
-def doc_of(mod: ModuleType) -> str:
-    return (mod.__doc__ or "").strip()
+def doc_of(rule: Rule) -> str:
+    return rule.doc
 
 
-def missing_needs(rule: ModuleType, report) -> list[str]:
+def missing_needs(rule: Rule, report) -> list[str]:
     """One error line per rank whose step table or tables lack what ``rule.NEEDS`` names."""
     needs: Needs = rule.NEEDS
     out = []
@@ -99,10 +93,7 @@ def run_rules(report, config) -> list:
     return findings
 
 
-def thresholds_of(rule: ModuleType) -> list[str]:
-    """The Config fields a rule reads (``config.<name>`` in its source), in Config's order: what ``--set`` changes
-    for it and what ``explain`` shows."""
-    from ..config import Config
-
-    used = set(re.findall(r"\bconfig\.([a-z_0-9]+)", inspect.getsource(rule)))
-    return [f.name for f in fields(Config) if f.name in used]
+def thresholds_of(rule: Rule) -> list[str]:
+    """The settings a rule declares it reads (its detection's, then its claim's): what ``--set`` changes for it
+    and what ``explain`` shows."""
+    return list(rule.thresholds)

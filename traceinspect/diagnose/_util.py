@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -11,12 +12,30 @@ def gbps(nbytes: float, us: float) -> float | None:
     return float(nbytes) / float(us) / 1e3 if us and us > 0 else None
 
 
-def severity_for(share: float, warning: float, critical: float) -> str | None:
-    if share >= critical:
-        return "critical"
-    if share >= warning:
-        return "warning"
-    return None
+NAME_LIMIT = 80  # characters of a trace's name a fix quotes; the JSON evidence keeps it whole
+
+
+def shown(name, limit: int = NAME_LIMIT) -> str:
+    """A name read from a trace as a title shows it: on one line (control characters, line and paragraph
+    separators become spaces) and at most ``limit`` characters (an ellipsis marks the cut)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(name))
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def quoted(name, limit: int = NAME_LIMIT) -> str:
+    """A name read from a trace as a fix may show it, inside a comment: ``shown``, in double quotes (a double quote
+    inside becomes a single one). Never code: a name is data."""
+    return '"' + shown(name, limit).replace('"', "'") + '"'
+
+
+def pageable_mask(ra, config) -> np.ndarray | None:
+    """The steps of a GPU rank whose pageable copies move at least ``pageable_min_bytes_per_step`` (what
+    ``pageable-memcpy`` reports; ``host-sync`` links to it): a bool mask, None where no step does."""
+    s = ra.steps
+    if ra.basis != "gpu" or "pageable_h2d_bytes" not in s:
+        return None
+    mask = ((s["pageable_h2d_bytes"] + s["pageable_d2h_bytes"]) >= config.pageable_min_bytes_per_step).to_numpy()
+    return mask if mask.any() else None
 
 
 def step_ids(df: pd.DataFrame, mask) -> list[int]:
@@ -116,10 +135,12 @@ def loader_evidence(ra) -> dict:
     return out
 
 
-def loader_fix(ev: dict) -> str:
+def loader_fix(ev) -> str:
     """The loader fix for a rank, from its evidence (``dataloader_settings`` and ``loader_evidence``): more workers
     than it has, the settings it lacks, and where its pinning thread (not its workers) set the pace, what that
     thread handles."""
+    if not isinstance(ev, dict):  # an evidence record: its fields, an unset one as None
+        ev = {k: v for k in ev.__struct_fields__ if (v := getattr(ev, k)) is not msgspec.UNSET}
     settings = ev.get("dataloader_settings") if isinstance(ev.get("dataloader_settings"), dict) else {}
     now = settings.get("num_workers")
     if isinstance(now, int) and not isinstance(now, bool) and now > 0:

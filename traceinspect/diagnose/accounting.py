@@ -14,21 +14,23 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
     compute = bd_compute
 
 (CPU-only traces: the training thread's ``dataloader``, ``comm``, ``optimizer``, ``forward``, ``backward``,
-``other``.) Findings claim from their pools in a fixed order, each taking at most what is left, so a symptom
-(``gpu-idle``, last) gets only the idle time no cause explained. Work the GPU does faster after a fix
-(``no-mixed-precision``) saves only where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
+``other``.) Findings claim from their pools in the order their rules declare (``_rule.Claim``: what each takes,
+per basis), each taking at most what is left, so a symptom (``Claim.symptom``, last) gets only the idle time no
+cause explained. The accounting never asks which rule it holds. Work the GPU does faster after a fix saves only
+where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
 part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``),
 less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
 CPU-side finding claims that too.
 
 A step the DataLoader paced (the GPU idled waiting for its batch) gains nothing from a faster GPU alone: GPU-side
 claims take nothing of it, and where the loader's own finding claims the rank, what they would save there once the
-loader keeps up is kept apart (``after``), counted in the projection but not in the finding's own claim. bf16
-autocast's casts add CPU work, taken off the room of ``no-mixed-precision``.
+loader keeps up is kept apart (``after``), counted in the projection but not in the finding's own claim. CPU work
+a fix adds (``Claim.adds_cpu``: bf16 autocast's casts) is taken off the room of that fix.
 
 No fix but the loader's own makes a step shorter than its batches take the DataLoader (``bounds.loader_floor``: the
 loader's period as the capture timed it, or an estimate for an untimed pinning thread): every other claim of a step
-shares ``wall - floor`` (the loader room); the dataloader-stall claim is the loader's own fix and is not bounded by it.
+shares ``wall - floor`` (the loader room); the claim of the loader's own fix (``Claim.fixes_loader``) is not bounded
+by it.
 """
 
 from __future__ import annotations
@@ -38,49 +40,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .bounds import autocast_cpu_us, col, gpu_room, loader_floor, paced
+from .bounds import col, gpu_room, loader_floor, paced
 from .finding import Finding
 from .severity import grade, thin as thin_evidence  # noqa: F401  (grade: part of this module's interface)
-
-# Short names for the verdict line ("86.7 ms -> ~25 ms if fixed: dataloader 43.7 ms, pageable copies 17.7 ms").
-LABELS = {
-    "pageable-memcpy": "pageable copies",
-    "dataloader-stall": "dataloader",
-    "host-sync": "host syncs",
-    "gpu-idle": "other GPU idle",
-    "small-buckets": "small buckets",
-    "sync-every-microstep": "all-reduce every micro-batch",
-    "exposed-comm": "exposed comm",
-    "straggler": "straggler",
-    "no-mixed-precision": "fp32 matmuls",
-    "gradscaler-with-bf16": "GradScaler",
-    "launch-bound": "launch overhead",
-    "optimizer-not-fused": "per-parameter optimizer",
-    "tensor-core-alignment": "misaligned GEMMs",
-}
-
-# Claim order: specific causes first, the symptom (gpu-idle) last. A rule not listed claims after the listed
-# causes and before gpu-idle, from whatever its pools have left.
-ORDER = ("pageable-memcpy", "dataloader-stall", "host-sync", "straggler", "sync-every-microstep", "small-buckets",
-         "exposed-comm", "no-mixed-precision", "tensor-core-alignment", "gradscaler-with-bf16",
-         "optimizer-not-fused", "launch-bound")
-LAST = "gpu-idle"
 
 GPU_POOLS = ("data", "sync", "launch", "copy", "comm", "compute")
 IDLE_POOLS = ("data", "sync", "launch")
 CPU_POOLS = ("data", "comm", "optimizer", "forward", "backward", "other")
-# Pools a rule's estimate may be taken from when its demand is not a step column (first listed, first taken).
-FALLBACK_POOLS = {
-    "gpu": {"straggler": ("comm",), "sync-every-microstep": ("comm",), "small-buckets": ("comm",),
-            "exposed-comm": ("comm",), "tensor-core-alignment": ("compute",),
-            "gradscaler-with-bf16": ("launch", "compute"), "optimizer-not-fused": ("launch",)},
-    "cpu": {"straggler": ("comm",), "sync-every-microstep": ("comm",), "small-buckets": ("comm",),
-            "exposed-comm": ("comm",), "optimizer-not-fused": ("optimizer",),
-            "gradscaler-with-bf16": ("optimizer", "other")},
-}
-# Per-rank evidence keys holding a rule's own per-step estimate (us), where the rule reports one per rank.
-RANK_ESTIMATE_KEYS = {"optimizer-not-fused": "flagged_cpu_us_per_step", "exposed-comm": "comm_cost_us_per_step",
-                      "sync-every-microstep": "redundant_exposed_us_per_step"}
 
 
 def real_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -107,39 +73,11 @@ def _pools(ra, s: pd.DataFrame, config, floor: np.ndarray | None) -> dict[str, n
 LOADER_ROOM = "loader_room"  # not a pool of the step: the bound a measured DataLoader puts on every other claim
 PACED = "paced"  # not a pool either: the steps the DataLoader paced (bool per step)
 LOADER_FIXED = "loader_fixed"  # set once the loader's own finding claimed time on the rank (its fix is in the plan)
-LOADER_OWN = "dataloader-stall"  # the one finding whose fix changes the loader itself
 
 
-def _per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
-    """A per-step sum from one of the rank's tables (0 where the table has no row for the step)."""
-    t = ra.tables.get(table)
-    if t is None or not len(t) or value not in t:
-        return np.zeros(len(s))
-    g = t.groupby("step")[value].sum()
-    return np.nan_to_num(s["step"].map(g).to_numpy(dtype=float), nan=0.0)
-
-
-def _pageable_blocked(ra, s: pd.DataFrame) -> np.ndarray:
-    """CPU time per step blocked by pageable copies: their launch calls, and the blocking calls the same ops make
-    (a ``non_blocking=False`` copy is ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``, both under ``aten::copy_``)."""
-    copies, calls = ra.tables.get("pageable_copies"), ra.tables.get("sync_calls")
-    own = _per_step(ra, s, "pageable_copies", "runtime_us")
-    if copies is None or not len(copies) or calls is None or not len(calls):
-        return own
-    ops = set(copies["op"].dropna())
-    mine = calls[calls["op"].isin(ops)]
-    return np.maximum(own, np.nan_to_num(s["step"].map(mine.groupby("step")["total_us"].sum()).to_numpy(float)))
-
-
-def _pinned_gbps(ra, config) -> float:
-    s = ra.steps
-    b, t = col(s, "pinned_h2d_bytes").sum(), col(s, "pinned_h2d_time_us").sum()
-    return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
-
-
-def _estimate(f: Finding, rank: int) -> float:
+def _estimate(f: Finding, rule, rank: int) -> float:
     """The rule's own per-step estimate for a rank (its evidence per rank, else the finding's)."""
-    key = RANK_ESTIMATE_KEYS.get(f.id)
+    key = rule.claim.estimate_key
     per_rank = (f.evidence or {}).get("per_rank")
     if key and isinstance(per_rank, list):
         for e in per_rank:
@@ -148,60 +86,22 @@ def _estimate(f: Finding, rank: int) -> float:
     return float(f.time_at_stake_us or 0.0)
 
 
-def _demands(f: Finding, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndarray]]:
-    """What fixing ``f`` would save on each step of rank ``ra``, as (pool, us per step) pairs."""
-    n = len(s)
-    if ra.basis == "gpu":
-        if f.id == "dataloader-stall":
-            return [("data", col(s, "idle_dataloader_us"))]
-        if f.id == "pageable-memcpy":
-            copy = col(s, "pageable_h2d_time_us") + col(s, "pageable_d2h_time_us")
-            nbytes = col(s, "pageable_h2d_bytes") + col(s, "pageable_d2h_bytes")
-            pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
-            blocked = _pageable_blocked(ra, s)
-            sync = col(s, "sync_us")
-            blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
-            # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was
-            # blocked in the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the
-            # blocked CPU time: on a launch-bound step every microsecond the CPU is stuck delays the next launches.
-            return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", col(s, "idle_sync_us") * blocked_share),
-                    ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
-        if f.id == "host-sync":
-            return [("sync", col(s, "idle_sync_us"))]
-        if f.id == "launch-bound":
-            return [("launch", col(s, "idle_other_us"))]
-        if f.id == "no-mixed-precision":
-            saving = float((f.evidence or {}).get("assumed_saving") or 0.75)
-            return [("compute", col(s, "matmul_fp32_us") * saving)]
-        if f.id == "tensor-core-alignment":
-            return [("compute", np.full(n, _estimate(f, ra.rank)))]
-        if f.id == LAST:
-            return [(p, np.full(n, np.inf)) for p in ("data", "sync", "launch")]
-    elif f.id == "dataloader-stall":
-        return [("data", col(s, "cpu_dataloader"))]
-    if f.id == LAST:
-        return []
-    pools = FALLBACK_POOLS["gpu" if ra.basis == "gpu" else "cpu"].get(f.id)
-    pools = pools or (GPU_POOLS if ra.basis == "gpu" else CPU_POOLS)
-    # One estimate per step, taken from the pools in order: what the first cannot hold spills to the next.
-    return [(p, np.full(n, _estimate(f, ra.rank))) for p in pools[:1]] + [(p, None) for p in pools[1:]]
+def _demands(f: Finding, rule, ra, s: pd.DataFrame, config) -> list[tuple[str, np.ndarray]]:
+    """What fixing ``f`` would save on each step of rank ``ra``, as (pool, us per step) pairs: its rule's claim for
+    the rank's basis (_rule.Claim)."""
+    take = rule.claim.gpu if ra.basis == "gpu" else rule.claim.cpu
+    return [] if take is None else take.demands(f, ra, s, config, _estimate(f, rule, ra.rank))
 
 
-def _claim_ranks(f: Finding, report) -> list[int]:
-    """Ranks whose steps a finding shortens. A straggler's fix shortens the others' waits, not its own step."""
-    if f.id == "straggler":
+def _claim_ranks(f: Finding, rule, report) -> list[int]:
+    """Ranks whose steps a finding shortens: its own, or (``Claim.other_ranks``: a straggler) the others'."""
+    if rule.claim.other_ranks:
         others = [ra.rank for ra in report.ranks if ra.rank not in f.ranks]
         return others or list(f.ranks)
     return list(f.ranks)
 
 
-def _order_key(f: Finding) -> int:
-    if f.id == LAST:
-        return len(ORDER) + 1
-    return ORDER.index(f.id) if f.id in ORDER else len(ORDER)
-
-
-def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float, float, np.ndarray]:
+def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float, float, np.ndarray]:
     """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, the mean of it that
     was GPU idle time, the mean the loader room cut from it, and what it saves per step only after the loader's
     fix (GPU-side savings in the steps the loader paced)."""
@@ -209,8 +109,8 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
     after = np.zeros(len(s))
     idle = cut = 0.0
     spill = None
-    bounded = LOADER_ROOM in pools and f.id != LOADER_OWN
-    for pool, want in _demands(f, ra, s, config):
+    bounded = LOADER_ROOM in pools and not rule.claim.fixes_loader
+    for pool, want in _demands(f, rule, ra, s, config):
         if pool not in pools or pool in (LOADER_ROOM, PACED, LOADER_FIXED):
             continue
         want = spill if want is None else want(got) if callable(want) else want
@@ -219,8 +119,8 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
         take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
         if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
             room = pools["room"]
-            if f.id == "no-mixed-precision":  # ... and autocast's casts lengthen the CPU's work
-                room = np.clip(room - autocast_cpu_us(s, config), 0.0, None)
+            if rule.claim.adds_cpu is not None:  # ... and CPU work the fix adds (autocast's casts) takes room
+                room = np.clip(room - rule.claim.adds_cpu(s, config), 0.0, None)
             take = np.minimum(take, room)
             if PACED in pools:  # in a step the loader paced, only after the loader's fix (else not at all)
                 later = np.where(pools[PACED], take, 0.0)
@@ -243,7 +143,7 @@ def _take(f: Finding, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndar
         if pool in IDLE_POOLS:
             idle += float(take.mean())
         spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
-    if f.id == LOADER_OWN and got.sum() > 0:
+    if rule.claim.fixes_loader and got.sum() > 0:
         pools[LOADER_FIXED] = True
     # below a nanosecond: rounding of the pools, not a claim
     return np.where(got < 1e-3, 0.0, got), idle, cut, np.where(after < 1e-3, 0.0, after)
@@ -254,6 +154,7 @@ class _Ledger:
     """What the claims of every rank came to: rank -> finding id -> per-step arrays (us), and per rank the walls,
     step numbers and the loader's measured bound the grading reads."""
 
+    rules: dict  # finding id -> its rule's declaration (_rule.Rule)
     walls: dict[int, np.ndarray]
     step_ids: dict[int, list[int]]
     periods: dict[int, dict | None]  # what the rank's DataLoader floor rests on (bounds.loader_floor)
@@ -262,6 +163,11 @@ class _Ledger:
     cut: dict[int, dict[str, float]] = field(default_factory=dict)  # mean the loader room cut from a claim
     idle: dict[int, dict[str, float]] = field(default_factory=dict)  # mean GPU idle a claim took
 
+    @property
+    def loader_id(self) -> str | None:
+        """The finding whose fix is the DataLoader's own (``Claim.fixes_loader``)."""
+        return next((k for k, r in self.rules.items() if r.claim.fixes_loader), None)
+
     def add(self, table: dict, rank: int, fid: str, value) -> None:
         row = table.setdefault(rank, {})
         row[fid] = row.get(fid, 0.0) + value
@@ -269,28 +175,32 @@ class _Ledger:
 
 def account(report, findings: list[Finding], config) -> tuple[list[Finding], dict]:
     """Claims, per-rank projection and severities: returns the updated findings and the accounting dict."""
+    from . import all_rules
+
+    rules = {r.id: r for r in all_rules()}
     ranks = {ra.rank: ra for ra in report.ranks}
     steps = {r: real_steps(ra.steps) for r, ra in ranks.items()}
     floors = {r: loader_floor(ra, steps[r], config) for r, ra in ranks.items()}  # (per-step floor, its evidence)
     left = {r: _pools(ra, steps[r], config, floors[r][0] if floors[r] else None) for r, ra in ranks.items()}
-    book = _Ledger(walls={r: col(s, "wall_us") for r, s in steps.items()},
+    book = _Ledger(rules=rules, walls={r: col(s, "wall_us") for r, s in steps.items()},
                    step_ids={r: [int(st) for st in s["step"]] for r, s in steps.items()},
                    periods={r: fl[1] if fl else None for r, fl in floors.items()})
-    for f in sorted(findings, key=_order_key):
-        for r in _claim_ranks(f, report):
+    for f in sorted(findings, key=lambda f: rules[f.id].claim.order):
+        rule = rules[f.id]
+        for r in _claim_ranks(f, rule, report):
             if r not in ranks or not len(steps[r]):
                 continue
-            got, idle, cut, after = _take(f, ranks[r], steps[r], left[r], config)
+            got, idle, cut, after = _take(f, rule, ranks[r], steps[r], left[r], config)
             if after.sum() > 0:
                 book.add(book.later, r, f.id, after)
             if cut > 0:
                 book.add(book.cut, r, f.id, cut)
             book.add(book.claims, r, f.id, got)
-            if idle and ranks[r].basis == "gpu" and f.id != LAST:
+            if idle and ranks[r].basis == "gpu" and not rule.claim.symptom:
                 book.add(book.idle, r, f.id, idle)
     acc = {"ranks": {r: _rank_summary(book, r) for r in steps}, "verdict": None}
     out = [_graded(f, acc, book, config) for f in findings]
-    acc["verdict"] = _verdict(acc, out)
+    acc["verdict"] = _verdict(acc, out, rules)
     return out, acc
 
 
@@ -299,7 +209,8 @@ def _rank_summary(book: _Ledger, r: int) -> dict:
     wall, claims, later = book.walls[r], book.claims.get(r, {}), book.later.get(r, {})
     n = len(wall)
     # after: a saving that needs another finding's fix first (GPU-side savings in steps the loader paced)
-    entries = [({"id": k}, v) for k, v in claims.items()] + [({"id": k, "after": LOADER_OWN}, v) for k, v in later.items()]
+    entries = [({"id": k}, v) for k, v in claims.items()] + [({"id": k, "after": book.loader_id}, v)
+                                                                 for k, v in later.items()]
     total = sum((v for _, v in entries), np.zeros(n))
     return {
         "step_us": float(wall.mean()) if n else None,
@@ -354,16 +265,16 @@ def _graded(f: Finding, acc: dict, book: _Ledger, config) -> Finding:
         extra["loader_bound"] = {**book.periods[rank], "cut_us": cut}
     after = book.later.get(rank, {}).get(f.id)
     if after is not None and float(after.mean()) >= 1.0:
-        extra["after_loader_fix"] = {"id": LOADER_OWN, "us": float(after.mean()),
+        extra["after_loader_fix"] = {"id": book.loader_id, "us": float(after.mean()),
                                      "steps": [st for st, v in zip(book.step_ids[rank], after) if v > 0]}
-    if f.id == LAST and rank in book.walls:
+    if book.rules[f.id].claim.symptom and rank in book.walls:
         explained = book.idle.get(rank, {})
         extra["explained_by"] = [{"id": k, "us": v} for k, v in sorted(explained.items(), key=lambda kv: -kv[1])
                                  if v >= 1.0]
     return replace(f, severity=sev, time_at_stake_us=claim, extra=extra)
 
 
-def _verdict(acc: dict, findings: list[Finding]) -> dict | None:
+def _verdict(acc: dict, findings: list[Finding], rules: dict) -> dict | None:
     r = reference_rank(acc)
     if r is None:
         return None
@@ -375,19 +286,20 @@ def _verdict(acc: dict, findings: list[Finding]) -> dict | None:
         f = next((x for x in findings if x.id == largest["id"]), None)
         largest = {"id": largest["id"], "us": largest["us"], "severity": f.severity if f else None,
                    "title": f.title if f else None}
-        parts = ", ".join(f"{LABELS.get(c['id'], c['id'])} {_ms(c['us'])}"
-                          + (f" after the {LABELS.get(c['after'], c['after'])} fix" if c.get("after") else "")
+        parts = ", ".join(f"{rules[c['id']].label} {_ms(c['us'])}"
+                          + (f" after the {rules[c['after']].label} fix" if c.get("after") else "")
                           for c in cl[:4])
         more = f", +{len(cl) - 4} more" if len(cl) > 4 else ""
         text = f"{_ms(step)} -> ~{_ms(proj, 2)} if fixed: {parts}{more}"
     else:
         text = f"{_ms(step)}: no time at stake found"
     # The largest claim left uncounted because an untimed loader's pinning thread may not feed a shorter step.
-    open_ = [(float(f.extra["loader_bound"].get("cut_us") or 0.0), f.id) for f in findings if f.id != LAST
+    open_ = [(float(f.extra["loader_bound"].get("cut_us") or 0.0), f.id) for f in findings
+             if not rules[f.id].claim.symptom
              and f.extra.get("claim_rank") == r and (f.extra.get("loader_bound") or {}).get("estimated")]
     if open_ and max(open_)[0] >= 0.05 * step:
         cut, fid = max(open_)
-        text += (f"; not counted: up to {_ms(cut)} more ({LABELS.get(fid, fid)}) if the DataLoader's pinning "
+        text += (f"; not counted: up to {_ms(cut)} more ({rules[fid].label}) if the DataLoader's pinning "
                  f"thread, which the trace does not show, keeps up")
     return {"rank": r, "step_us": step, "projected_step_us": proj, "largest": largest, "text": text}
 

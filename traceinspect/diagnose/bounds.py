@@ -85,3 +85,12 @@ def loader_floor(ra, s: pd.DataFrame, config) -> tuple[np.ndarray, dict] | None:
                       {"period_us": None, "limited_by": "pinning thread", "batches_per_step": batches,
                        "estimated": True, "pinned_bytes_per_step": float(pinned.mean()), "rate_gbps": rate}))
     return max(found, key=lambda fe: float(fe[0].mean())) if found else None
+
+
+def per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
+    """A per-step sum from one of the rank's tables (0 where the table has no row for the step)."""
+    t = ra.tables.get(table)
+    if t is None or not len(t) or value not in t:
+        return np.zeros(len(s))
+    g = t.groupby("step")[value].sum()
+    return np.nan_to_num(s["step"].map(g).to_numpy(dtype=float), nan=0.0)

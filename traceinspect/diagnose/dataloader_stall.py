@@ -3,10 +3,10 @@
 **Detects** time the training thread spends inside ``enumerate(DataLoader)#...__next__`` (the profiler's
 annotation of fetching the next batch), per step.
 
-**Condition**: the wait is at least ``dataloader_share_warning`` (10 %) of the step's wall time (*critical* at
-``dataloader_share_critical``, 30 %), and, on a GPU run, the GPU is idle during at least half of that wait (a wait
-that overlaps queued GPU work costs nothing). Why 10 %: below it a faster loader gains little; above it the data
-pipeline is a first-order cost of every step and the GPU idles while the CPU waits.
+**Condition**: the wait is at least ``dataloader_share_warning`` (10 %) of the step's wall time, and, on a GPU run,
+the GPU is idle during at least half of that wait (a wait that overlaps queued GPU work costs nothing). Why 10 %:
+below it a faster loader gains little; above it the data pipeline is a first-order cost of every step and the GPU
+idles while the CPU waits.
 
 **Why it matters**: with ``num_workers=0`` the main process loads and collates every batch itself; with too few
 workers, or workers restarted every epoch, batches are not ready when the step wants them. The GPU sits idle
@@ -31,15 +31,11 @@ cores with the training processes) and move heavy work (decoding, augmentation) 
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
-
-ID = "dataloader-stall"
-TITLE = "Training loop waits on the DataLoader"
-NEEDS = Needs(steps=("step", "wall_us", "dataloader_us"), gpu_steps=("idle_dataloader_us",))
+from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._util import loader_evidence, loader_fix, mean, step_ids
 
 # The GPU run's fix is made from the rank's recorded settings and loader timing (_util.loader_fix).
 # A CPU-only run has no device to copy to: pinned memory and GPU-side augmentation do not apply.
@@ -48,56 +44,69 @@ FIX_CPU = (
     "                    persistent_workers=True, prefetch_factor=4)\n"
     "# and keep __getitem__ cheap: decode / augment ahead of time"
 )
+UNSET = msgspec.UNSET
 
 
-def check(report, config) -> list[Finding]:
-    per_rank, ranks, steps = [], [], set()
-    worst = None
-    for ra in report.ranks:
-        s = ra.steps
-        if "dataloader_us" not in s or not len(s):
-            continue
-        share = s["dataloader_us"] / s["wall_us"].where(s["wall_us"] > 0, np.nan)
-        mask = (share >= config.dataloader_share_warning).fillna(False).to_numpy()
-        if ra.basis == "gpu" and "idle_dataloader_us" in s:
-            mask = mask & (s["idle_dataloader_us"] >= 0.5 * s["dataloader_us"]).to_numpy()
-        if not mask.any():
-            continue
-        sel = s[mask]
-        sh = mean(share[mask])
-        sev = severity_for(sh, config.dataloader_share_warning, config.dataloader_share_critical) or "warning"
-        if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, mean(sel["dataloader_us"]))
-        per_rank.append(
-            {
-                "rank": ra.rank,
-                "steps": step_ids(s, mask),
-                "dataloader_us_per_step": mean(sel["dataloader_us"]),
-                "share_of_step": sh,
-                "gpu_idle_during_wait_us_per_step": mean(sel["idle_dataloader_us"]) if "idle_dataloader_us" in sel else None,
-                **loader_evidence(ra),  # its settings, and its timing where the capture timed it
-            }
-        )
-        ranks.append(ra.rank)
-        steps.update(step_ids(s, mask))
-    if not per_rank:
-        return []
-    sh, sev, rank, us = worst
-    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
-    cpu_only = all(ra.basis == "cpu" for ra in report.ranks if ra.rank in ranks)
-    return [
-        Finding(
-            id=ID,
-            severity=sev,
-            title=f"The loop waits {us / 1000:.1f} ms per step for data ({100 * sh:.0f} % of the step, rank {rank})",
-            ranks=sorted(ranks),
-            steps=sorted(steps),
-            evidence={
-                "per_rank": per_rank,
-                "threshold_share_warning": config.dataloader_share_warning,
-                "threshold_share_critical": config.dataloader_share_critical,
-            },
-            fix=FIX_CPU if cpu_only else loader_fix(per_rank[0]),
-            time_at_stake_us=us,
-        )
-    ]
+class RankEvidence(RankHit, kw_only=True):
+    dataloader_us_per_step: float
+    share_of_step: float
+    gpu_idle_during_wait_us_per_step: float | None  # None on a CPU-only rank
+    # _util.loader_evidence: the settings the capture recorded, and its timing of the loader where it timed it
+    dataloader_settings: dict | None
+    loader_period_us: float | msgspec.UnsetType = UNSET
+    loader_limited_by: str | msgspec.UnsetType = UNSET
+    workers_us_per_batch: float | None | msgspec.UnsetType = UNSET
+    pin_thread_us_per_batch: float | None | msgspec.UnsetType = UNSET
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_share_warning: float
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    """The first rank's loader fix (the rank the title names); on a CPU-only run, the CPU variant."""
+    if all(e.gpu_idle_during_wait_us_per_step is None for e in ev.per_rank):
+        return FIX_CPU
+    return loader_fix(ev.per_rank[0])
+
+
+def _rank(ra, config, report):
+    s = ra.steps
+    if "dataloader_us" not in s or not len(s):
+        return None
+    share = s["dataloader_us"] / s["wall_us"].where(s["wall_us"] > 0, np.nan)
+    mask = (share >= config.dataloader_share_warning).fillna(False).to_numpy()
+    if ra.basis == "gpu" and "idle_dataloader_us" in s:
+        mask = mask & (s["idle_dataloader_us"] >= 0.5 * s["dataloader_us"]).to_numpy()
+    if not mask.any():
+        return None
+    sel = s[mask]
+    return RankEvidence(
+        rank=ra.rank,
+        steps=step_ids(s, mask),
+        dataloader_us_per_step=mean(sel["dataloader_us"]),
+        share_of_step=mean(share[mask]),
+        gpu_idle_during_wait_us_per_step=mean(sel["idle_dataloader_us"]) if "idle_dataloader_us" in sel else None,
+        **loader_evidence(ra),  # its settings, and its timing where the capture timed it
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    title = (f"The loop waits {e.dataloader_us_per_step / 1000:.1f} ms per step for data "
+             f"({100 * e.share_of_step:.0f} % of the step, rank {e.rank})")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_share_warning=config.dataloader_share_warning)
+    return ev, title, e.dataloader_us_per_step
+
+
+RULE = Rule(
+    id="dataloader-stall",
+    title="Training loop waits on the DataLoader",
+    needs=Needs(steps=("step", "wall_us", "dataloader_us"), gpu_steps=("idle_dataloader_us",)),
+    claim=Claim(order=20, gpu=Column("data", "idle_dataloader_us"), cpu=Column("data", "cpu_dataloader"),
+                fixes_loader=True),
+    label="dataloader",
+    thresholds=("dataloader_share_warning",),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
+)

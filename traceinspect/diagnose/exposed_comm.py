@@ -7,7 +7,7 @@ the time this rank spent *waiting for other ranks* inside collectives (``wait_us
 straggler's cost, reported by the ``straggler`` rule, not a communication cost). See docs/communication.md.
 
 **Condition**: the mean of that communication cost over the steps is at least ``comm_exposed_share_warning``
-(10 %) of the step's wall time (*critical* at ``comm_exposed_share_critical``, 30 %). Why 10 %: DDP overlaps
+(10 %) of the step's wall time. Why 10 %: DDP overlaps
 gradient all-reduces with the backward pass; a well-overlapped step exposes only the last bucket's all-reduce,
 a few percent of the step. Above 10 % the interconnect or the bucket layout is a first-order cost.
 
@@ -26,7 +26,8 @@ The evidence separates two parts:
 one means the whole gradient is reduced after the backward pass, with nothing to overlap) the tail is the last
 bucket's all-reduce: *smaller* buckets start the reduction during the backward pass and shorten it. With many
 (8 or more, where each call's fixed cost dominates): fewer, bigger ones. When the exposed time is not the
-gradient tail (other collectives), the advice names those collectives instead::
+gradient tail (other collectives), the advice names those collectives instead (a name that is not one of the
+collective kinds, e.g. ``allreduce``, quoted: a name from a trace is never code)::
 
     model = DistributedDataParallel(model, device_ids=[local_rank],
                                     bucket_cap_mb=...,             # from the bucket count seen (see above)
@@ -38,17 +39,13 @@ gradient tail (other collectives), the advice names those collectives instead::
 
 from __future__ import annotations
 
+import re
+
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-
-ID = "exposed-comm"
-TITLE = "Communication not hidden behind compute"
-NEEDS = Needs(
-    steps=("step", "wall_us", "comm_exposed_us", "comm_calls", "comm_tail_us", "comm_tail_total_us",
-           "allreduce_busbw_gbps"),
-)
+from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._util import quoted
 
 COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
@@ -69,8 +66,33 @@ FIX_NOT_TAIL = (
     "# the exposed time is not the gradient all-reduce tail ({tail}); most is in {names}:\n"
     "# overlap those collectives with compute (issue them asynchronously, async_op=True, and wait later),\n"
     "# make them smaller, or check the interconnect (allreduce_busbw_gbps); bucket settings will not help\n")
-FIX = FIX_MANY_BUCKETS.format(b=8, ddp=DDP["gpu"])
 MANY_BUCKETS = 8  # from this many buckets per round the per-call cost dominates (small-buckets' threshold)
+
+
+KIND = re.compile(r"[a-z][a-z_]{0,31}")  # a collective kind (analyze/comm_names.py): shown as it is
+
+
+class RankEvidence(RankHit, kw_only=True):
+    basis: str
+    exposed_comm_us_per_step: float
+    waiting_for_other_ranks_us_per_step: float  # a straggler's cost, not communication's
+    comm_cost_us_per_step: float  # exposed less waiting
+    share_of_step: float
+    tail_us_per_step: float | None
+    tails_all_rounds_us_per_step: float | None
+    rest_us_per_step: float
+    wall_us_per_step: float
+    allreduce_busbw_gbps: float | None
+    comm_calls_per_step: float | None
+    buckets_per_round: float | None
+    grad_bytes_per_round: float | None
+    comm_time_by_collective_us_per_step: dict[str, float]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_share_warning: float
+    note: str | msgspec.UnsetType = msgspec.UNSET
 
 
 def _cap_below(grad_bytes) -> tuple[str, str]:
@@ -93,18 +115,21 @@ def _by_collective(ra, steps) -> dict:
     return {str(k): float(v) for k, v in g.sort_values(ascending=False).items()}
 
 
-def _fix(e: dict) -> str:
-    cost, tail = e["comm_cost_us_per_step"], e["tails_all_rounds_us_per_step"]
-    b = e.get("buckets_per_round")
+def fix(ev: Evidence, setup=None) -> str:
+    """From the first rank's evidence (the rank the title names): the tail or the other collectives, and the
+    buckets seen per round."""
+    e = ev.per_rank[0]
+    cost, tail = e.comm_cost_us_per_step, e.tails_all_rounds_us_per_step
+    b = e.buckets_per_round
     if tail is not None and cost > 0 and tail < 0.5 * cost:
-        other = {k: v for k, v in (e.get("comm_time_by_collective_us_per_step") or {}).items()
-                 if k != "gradient allreduce"}
-        names = ", ".join(list(other)[:3]) or "collectives outside the backward pass"
+        other = [k for k in (e.comm_time_by_collective_us_per_step or {}) if k != "gradient allreduce"]
+        names = ", ".join(k if KIND.fullmatch(k) else quoted(k) for k in other[:3]) \
+            or "collectives outside the backward pass"
         return FIX_NOT_TAIL.format(tail=f"{tail / 1000:.1f} ms of {cost / 1000:.1f} ms", names=names) + COMMON.split(
             "\n", 2)[2]
-    ddp = DDP["cpu" if e.get("basis") == "cpu" else "gpu"]
+    ddp = DDP["cpu" if e.basis == "cpu" else "gpu"]
     if b is not None and b < MANY_BUCKETS:
-        cap, why = _cap_below(e.get("grad_bytes_per_round"))
+        cap, why = _cap_below(e.grad_bytes_per_round)
         return FIX_FEW_BUCKETS.format(b=b, cap=cap, why=why, ddp=ddp)
     if b is None:  # no gradient all-reduce seen in the rounds: no bucket count to go by
         return ("# no gradient buckets seen in the trace: compare bucket_cap_mb around DDP's default\n" + ddp
@@ -119,66 +144,71 @@ def _waits(report) -> dict:
     return out
 
 
-def check(report, config) -> list[Finding]:
+def _rank(ra, config, report):
+    s = ra.steps
+    if "comm_exposed_us" not in s or not len(s) or s["comm_exposed_us"].isna().all():
+        return None
+    if "comm_calls" in s and (s["comm_calls"] == 0).all():
+        return None
     warn = config.comm_exposed_share_warning
-    crit = config.comm_exposed_share_critical
+    exposed = s["comm_exposed_us"].to_numpy(dtype=float)
     waits = _waits(report)
-    per_rank = []
-    for ra in report.ranks:
-        s = ra.steps
-        if "comm_exposed_us" not in s or not len(s) or s["comm_exposed_us"].isna().all():
-            continue
-        if "comm_calls" in s and (s["comm_calls"] == 0).all():
-            continue
-        exposed = s["comm_exposed_us"].to_numpy(dtype=float)
-        wait = np.array([waits.get((ra.rank, int(st)), 0.0) for st in s["step"]])
-        cost = np.maximum(0.0, np.nan_to_num(exposed) - wait)
-        wall = s["wall_us"].to_numpy(dtype=float)
-        share = np.where(wall > 0, cost / np.where(wall > 0, wall, 1), np.nan)
-        mean_share = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0
-        if mean_share < warn:
-            continue
-        tail = s["comm_tail_us"].to_numpy(dtype=float) if "comm_tail_us" in s else np.full(len(s), np.nan)
-        tail_total = s["comm_tail_total_us"].to_numpy(dtype=float) if "comm_tail_total_us" in s else tail
-        tails = np.nan_to_num(tail_total)
-        per_rank.append({
-            "rank": ra.rank,
-            "basis": ra.basis,
-            "steps": [int(x) for x, sh in zip(s["step"], share) if np.isfinite(sh) and sh >= warn],
-            "exposed_comm_us_per_step": float(np.nanmean(exposed)),
-            "waiting_for_other_ranks_us_per_step": float(np.mean(wait)),
-            "comm_cost_us_per_step": float(np.mean(cost)),
-            "share_of_step": mean_share,
-            "tail_us_per_step": float(np.nanmean(tail)) if np.isfinite(tail).any() else None,
-            "tails_all_rounds_us_per_step": float(np.nanmean(tail_total)) if np.isfinite(tail_total).any() else None,
-            "rest_us_per_step": float(np.mean(np.maximum(0.0, cost - np.minimum(tails, cost)))),
-            "wall_us_per_step": float(np.nanmean(wall)),
-            "allreduce_busbw_gbps": float(np.nanmedian(s["allreduce_busbw_gbps"]))
-            if "allreduce_busbw_gbps" in s and s["allreduce_busbw_gbps"].notna().any() else None,
-            "comm_calls_per_step": float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
-            "buckets_per_round": float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
-            "grad_bytes_per_round": float(np.nanmedian(s["grad_bytes"]))
-            if "grad_bytes" in s and s["grad_bytes"].notna().any() else None,
-            "comm_time_by_collective_us_per_step": _by_collective(ra, set(int(x) for x in s["step"])),
-        })
-    if not per_rank:
-        return []
-    worst = max(per_rank, key=lambda e: e["share_of_step"])
-    per_rank.sort(key=lambda e: e is not worst)  # the rank the title names comes first (renderers show it)
-    sev = "critical" if worst["share_of_step"] >= crit else "warning"
-    extra_ev = {}
+    wait = np.array([waits.get((ra.rank, int(st)), 0.0) for st in s["step"]])
+    cost = np.maximum(0.0, np.nan_to_num(exposed) - wait)
+    wall = s["wall_us"].to_numpy(dtype=float)
+    share = np.where(wall > 0, cost / np.where(wall > 0, wall, 1), np.nan)
+    mean_share = float(np.nanmean(share)) if np.isfinite(share).any() else 0.0
+    if mean_share < warn:
+        return None
+    tail = s["comm_tail_us"].to_numpy(dtype=float) if "comm_tail_us" in s else np.full(len(s), np.nan)
+    tail_total = s["comm_tail_total_us"].to_numpy(dtype=float) if "comm_tail_total_us" in s else tail
+    tails = np.nan_to_num(tail_total)
+
+    def median_of(c):
+        return float(np.nanmedian(s[c])) if c in s and s[c].notna().any() else None
+
+    return RankEvidence(
+        rank=ra.rank,
+        basis=ra.basis,
+        steps=[int(x) for x, sh in zip(s["step"], share) if np.isfinite(sh) and sh >= warn],
+        exposed_comm_us_per_step=float(np.nanmean(exposed)),
+        waiting_for_other_ranks_us_per_step=float(np.mean(wait)),
+        comm_cost_us_per_step=float(np.mean(cost)),
+        share_of_step=mean_share,
+        tail_us_per_step=float(np.nanmean(tail)) if np.isfinite(tail).any() else None,
+        tails_all_rounds_us_per_step=float(np.nanmean(tail_total)) if np.isfinite(tail_total).any() else None,
+        rest_us_per_step=float(np.mean(np.maximum(0.0, cost - np.minimum(tails, cost)))),
+        wall_us_per_step=float(np.nanmean(wall)),
+        allreduce_busbw_gbps=median_of("allreduce_busbw_gbps"),
+        comm_calls_per_step=float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
+        buckets_per_round=float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
+        grad_bytes_per_round=median_of("grad_bytes"),
+        comm_time_by_collective_us_per_step=_by_collective(ra, set(int(x) for x in s["step"])),
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    extra = {}
     world = report.world_size or max((ra.world_size or 1) for ra in report.ranks)
     if not (report.cross_rank or {}).get("wait") and world and world > 1:
-        extra_ev["note"] = ("the other ranks' traces are not here, so waiting for them could not be told apart from "
-                            "communication: part of this time may be a straggler's")
-    title = (f"{worst['comm_cost_us_per_step'] / 1000:.1f} ms of communication per step is not overlapped "
-             f"({100 * worst['share_of_step']:.0f} % of the step, rank {worst['rank']})")
-    return [Finding(
-        id=ID, severity=sev, title=title,
-        ranks=sorted(e["rank"] for e in per_rank),
-        steps=sorted({x for e in per_rank for x in e["steps"]}),
-        evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
-                  **extra_ev},
-        fix=_fix(worst),
-        time_at_stake_us=worst["comm_cost_us_per_step"],
-    )]
+        extra["note"] = ("the other ranks' traces are not here, so waiting for them could not be told apart from "
+                         "communication: part of this time may be a straggler's")
+    title = (f"{e.comm_cost_us_per_step / 1000:.1f} ms of communication per step is not overlapped "
+             f"({100 * e.share_of_step:.0f} % of the step, rank {e.rank})")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_share_warning=config.comm_exposed_share_warning, **extra)
+    return ev, title, e.comm_cost_us_per_step
+
+
+RULE = Rule(
+    id="exposed-comm",
+    title="Communication not hidden behind compute",
+    needs=Needs(
+        steps=("step", "wall_us", "comm_exposed_us", "comm_calls", "comm_tail_us", "comm_tail_total_us",
+               "allreduce_busbw_gbps"),
+    ),
+    claim=Claim(order=70, gpu=Estimate(("comm",)), cpu=Estimate(("comm",)), estimate_key="comm_cost_us_per_step"),
+    label="exposed comm",
+    thresholds=("comm_exposed_share_warning",),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
+)

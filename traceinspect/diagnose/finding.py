@@ -20,18 +20,20 @@ class Finding:
     """
 
     id: str
-    severity: str
     title: str
     ranks: list[int]
     steps: list[int]
     evidence: dict
     fix: str
     time_at_stake_us: float | None = None
+    # Graded once, from the finding's claim, by the one scale (severity.py, in the accounting); a rule sets none.
+    severity: str = "info"
     docs: str = ""  # where the rule's documentation is; "" = its ``explain`` command
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d = {"id": d.pop("id"), "severity": d.pop("severity"), **d}  # the JSON's order since 1.0
         d["docs"] = self.docs or f"traceinspect explain {self.id}"
         d.pop("extra")
         d.update(self.extra)

@@ -7,9 +7,9 @@ device) and splits it by what the training thread was doing meanwhile:
 - *blocked syncs*: idle time while the CPU was blocked in a synchronizing call;
 - *CPU not issuing work fast enough* (launch-bound or Python overhead): the rest of the idle time.
 
-**Condition**: idle is at least ``gpu_idle_share_warning`` (15 %) of the step window (*critical* at
-``gpu_idle_share_critical``, 40 %). Why 15 %: a well-fed training step keeps the GPU above 90 % busy; the 0-95 %
-GPU-Util flicker users see in ``nvidia-smi`` corresponds to idle shares of 20 % and more.
+**Condition**: idle is at least ``gpu_idle_share_warning`` (15 %) of the step window. Why 15 %: a well-fed training
+step keeps the GPU above 90 % busy; the 0-95 % GPU-Util flicker users see in ``nvidia-smi`` corresponds to idle
+shares of 20 % and more.
 
 **Evidence**: idle per step and its split, the number of kernels and the median kernel time (short kernels point
 at launch overhead), GPU busy time.
@@ -24,80 +24,82 @@ at launch overhead), GPU busy time.
 
 from __future__ import annotations
 
-from . import Needs
-from .finding import Finding
-from ._util import loader_evidence, loader_fix, mean, severity_for, step_ids
+from typing import ClassVar
 
-ID = "gpu-idle"
-TITLE = "GPU idle for a large share of the step"
-NEEDS = Needs(steps=("step", "wall_us"), gpu_steps=("bd_idle",))
+import msgspec
+
+from ._rule import Claim, Needs, PerRank, RankHit, Rest, Rule
+from ._util import loader_evidence, loader_fix, mean, step_ids
 
 FIXES = {  # data: dataloader-stall's, from the rank's recorded settings (_util.loader_fix)
     "sync": "avoid .item() / .cpu() / torch.cuda.synchronize() inside the step; log every N steps",
     "cpu": "model = torch.compile(model)  # fewer, larger kernels; or a larger batch per step / CUDA graphs",
 }
+LABEL = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
 
 
-def check(report, config) -> list[Finding]:
-    per_rank, ranks, steps = [], [], set()
-    worst = None
-    for ra in report.ranks:
-        s = ra.steps
-        if ra.basis != "gpu" or "bd_idle" not in s or not len(s):
-            continue
-        share = s["bd_idle"] / s["wall_us"].where(s["wall_us"] > 0)
-        mask = (share >= config.gpu_idle_share_warning).fillna(False).to_numpy()
-        if not mask.any():
-            continue
-        sel = s[mask]
-        causes = {
-            "dataloader": mean(sel["idle_dataloader_us"]),
-            "sync": mean(sel["idle_sync_us"]),
-            "cpu": mean(sel["idle_other_us"]),
-        }
-        main = max(causes, key=causes.get)
-        sh = mean(share[mask])
-        sev = severity_for(sh, config.gpu_idle_share_warning, config.gpu_idle_share_critical) or "warning"
-        idle = mean(sel["bd_idle"])
-        if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, idle, main, ra)
-        per_rank.append(
-            {
-                "rank": ra.rank,
-                "steps": step_ids(s, mask),
-                "idle_us_per_step": idle,
-                "share_of_step": sh,
-                "idle_split_us_per_step": causes,
-                "main_cause": main,
-                "kernels_per_step": mean(sel["kernel_count"]),
-                "median_kernel_us": mean(sel["median_kernel_us"]),
-                "gpu_busy_us_per_step": mean(sel["gpu_busy_us"]),
-            }
-        )
-        ranks.append(ra.rank)
-        steps.update(step_ids(s, mask))
-    if not per_rank:
-        return []
-    sh, sev, rank, idle, main, wra = worst
-    if main == "dataloader":
-        fix = loader_fix(loader_evidence(wra))
-    else:
-        fix = FIXES[main]
-    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
-    label = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
-    return [
-        Finding(
-            id=ID,
-            severity=sev,
-            title=f"GPU idle {100 * sh:.0f} % of the step ({idle / 1000:.1f} ms, rank {rank}), mostly {label[main]}",
-            ranks=sorted(ranks),
-            steps=sorted(steps),
-            evidence={
-                "per_rank": per_rank,
-                "threshold_share_warning": config.gpu_idle_share_warning,
-                "threshold_share_critical": config.gpu_idle_share_critical,
-            },
-            fix=fix,
-            time_at_stake_us=idle,
-        )
-    ]
+class RankEvidence(RankHit, kw_only=True):
+    idle_us_per_step: float
+    share_of_step: float
+    idle_split_us_per_step: dict[str, float]  # dataloader, sync, cpu
+    main_cause: str
+    kernels_per_step: float
+    median_kernel_us: float
+    gpu_busy_us_per_step: float
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    FIX_ONLY: ClassVar = ("loader",)
+    per_rank: list[RankEvidence]
+    threshold_share_warning: float
+    # the first rank's DataLoader (_util.loader_evidence): its fix where data is the main cause
+    loader: dict = msgspec.field(default_factory=dict)
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    main = ev.per_rank[0].main_cause
+    return loader_fix(ev.loader) if main == "dataloader" else FIXES[main]
+
+
+def _rank(ra, config, report):
+    s = ra.steps
+    if ra.basis != "gpu" or "bd_idle" not in s or not len(s):
+        return None
+    share = s["bd_idle"] / s["wall_us"].where(s["wall_us"] > 0)
+    mask = (share >= config.gpu_idle_share_warning).fillna(False).to_numpy()
+    if not mask.any():
+        return None
+    sel = s[mask]
+    causes = {"dataloader": mean(sel["idle_dataloader_us"]), "sync": mean(sel["idle_sync_us"]),
+              "cpu": mean(sel["idle_other_us"])}
+    return RankEvidence(
+        rank=ra.rank,
+        steps=step_ids(s, mask),
+        idle_us_per_step=mean(sel["bd_idle"]),
+        share_of_step=mean(share[mask]),
+        idle_split_us_per_step=causes,
+        main_cause=max(causes, key=causes.get),
+        kernels_per_step=mean(sel["kernel_count"]),
+        median_kernel_us=mean(sel["median_kernel_us"]),
+        gpu_busy_us_per_step=mean(sel["gpu_busy_us"]),
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    title = (f"GPU idle {100 * e.share_of_step:.0f} % of the step ({e.idle_us_per_step / 1000:.1f} ms, rank "
+             f"{e.rank}), mostly {LABEL[e.main_cause]}")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_share_warning=config.gpu_idle_share_warning,
+                  loader=loader_evidence(w.ra))
+    return ev, title, e.idle_us_per_step
+
+
+RULE = Rule(
+    id="gpu-idle",
+    title="GPU idle for a large share of the step",
+    needs=Needs(steps=("step", "wall_us"), gpu_steps=("bd_idle",)),
+    claim=Claim(order=1000, gpu=Rest(("data", "sync", "launch")), cpu=None, symptom=True),
+    label="other GPU idle",
+    thresholds=("gpu_idle_share_warning",),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
+)

@@ -9,8 +9,7 @@ and not fp16 (the kernels' precision as decided in docs/rules-precision.md: thei
 kernels are under 1 % of its 16-bit matrix time. Loss scaling exists for fp16, whose 5 exponent bits let small
 gradients underflow; bf16 has fp32's 8 exponent bits, so scaling only adds work: an unscale pass over every
 gradient, an inf/NaN check, a scale update, and a ``.item()`` in ``scaler.step`` that blocks the CPU on the GPU
-once per step. Severity: *warning* when the scaler ops' CPU and GPU time reach ``gradscaler_share_warning``
-(1 %) of the step, *info* below (the fix is still free).
+once per step. Its claim is the scaler ops' CPU and GPU time per step (the fix is free whatever it claims).
 
 **Evidence**: per rank, the scaler ops per step (count, CPU time, kernels they launched and their GPU time), the
 bf16 and fp16 matrix time, and the capture's AMP settings when traceinspect recorded them.
@@ -27,12 +26,9 @@ or keep the code path and disable it: ``scaler = torch.amp.GradScaler("cuda", en
 
 from __future__ import annotations
 
-from . import Needs
-from .finding import Finding
+import msgspec
 
-ID = "gradscaler-with-bf16"
-TITLE = "GradScaler used with bf16 autocast"
-NEEDS = Needs(steps=("step", "wall_us"), gpu_steps=("matmul_bf16_us", "matmul_fp16_us"), tables=("amp_ops",))
+from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
 
 FIX = (
     'scaler = torch.amp.GradScaler("cuda", enabled=(amp_dtype == torch.float16))  # off for bf16\n'
@@ -41,55 +37,66 @@ FIX = (
 FP16_TOLERANCE = 0.01
 
 
-def check(report, config) -> list[Finding]:
-    warn = config.gradscaler_share_warning
-    per_rank, ranks, steps = [], [], set()
-    worst_share = 0.0
-    for ra in report.ranks:
-        s = ra.steps
-        amp = ra.tables.get("amp_ops")
-        if ra.basis != "gpu" or amp is None or not len(amp) or "matmul_bf16_us" not in s or not len(s):
-            continue
-        bf16 = float(s["matmul_bf16_us"].sum())
-        fp16 = float(s["matmul_fp16_us"].sum())
-        if bf16 <= 0 or fp16 > FP16_TOLERANCE * (bf16 + fp16):
-            continue
-        amp = amp[amp["step"].isin(s["step"])]
-        if not len(amp):
-            continue
-        nsteps = len(s)
-        by = amp.groupby("name")[["count", "cpu_us", "kernel_count", "gpu_us"]].sum() / nsteps
-        cost = float(by["cpu_us"].sum() + by["gpu_us"].sum())
-        share = cost / max(float(s["wall_us"].mean()), 1e-9)
-        worst_share = max(worst_share, share)
-        meta = ra.metadata or {}
-        per_rank.append({
-            "rank": ra.rank,
-            "steps": sorted(int(x) for x in amp["step"].unique()),
-            "scaler_ops_per_step": {k: {c: float(v[c]) for c in by.columns} for k, v in by.iterrows()},
-            "scaler_cpu_us_per_step": float(by["cpu_us"].sum()),
-            "scaler_gpu_us_per_step": float(by["gpu_us"].sum()),
-            "share_of_step": share,
-            "bf16_matmul_us_per_step": bf16 / nsteps,
-            "fp16_matmul_us_per_step": fp16 / nsteps,
-            "capture_amp_dtype": meta.get("amp_dtype"),
-            "capture_grad_scaler": meta.get("grad_scaler"),
-        })
-        ranks.append(ra.rank)
-        steps.update(per_rank[-1]["steps"])
-    if not per_rank:
-        return []
-    r0 = max(per_rank, key=lambda r: r["share_of_step"])
-    per_rank.sort(key=lambda e: e is not r0)  # the rank the title names comes first (renderers show it)
-    cost = r0["scaler_cpu_us_per_step"] + r0["scaler_gpu_us_per_step"]
-    return [Finding(
-        id=ID,
-        severity="warning" if worst_share >= warn else "info",
-        title=(f"GradScaler runs every step ({cost:.0f} us CPU+GPU, rank {r0['rank']}) but the matrix work is "
-               f"bf16, which needs no loss scaling"),
-        ranks=sorted(ranks),
-        steps=sorted(steps),
-        evidence={"per_rank": per_rank, "threshold_share_warning": warn, "fp16_tolerance": FP16_TOLERANCE},
-        fix=FIX,
-        time_at_stake_us=cost,
-    )]
+class RankEvidence(RankHit, kw_only=True):
+    scaler_ops_per_step: dict[str, dict[str, float]]  # op -> count, cpu_us, kernel_count, gpu_us
+    scaler_cpu_us_per_step: float
+    scaler_gpu_us_per_step: float
+    share_of_step: float
+    bf16_matmul_us_per_step: float
+    fp16_matmul_us_per_step: float
+    capture_amp_dtype: str | None  # what the capture recorded
+    capture_grad_scaler: bool | None
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    fp16_tolerance: float
+
+
+def _rank(ra, config, report):
+    s = ra.steps
+    amp = ra.tables.get("amp_ops")
+    if ra.basis != "gpu" or amp is None or not len(amp) or "matmul_bf16_us" not in s or not len(s):
+        return None
+    bf16 = float(s["matmul_bf16_us"].sum())
+    fp16 = float(s["matmul_fp16_us"].sum())
+    if bf16 <= 0 or fp16 > FP16_TOLERANCE * (bf16 + fp16):
+        return None
+    amp = amp[amp["step"].isin(s["step"])]
+    if not len(amp):
+        return None
+    nsteps = len(s)
+    by = amp.groupby("name")[["count", "cpu_us", "kernel_count", "gpu_us"]].sum() / nsteps
+    cost = float(by["cpu_us"].sum() + by["gpu_us"].sum())
+    meta = ra.metadata or {}
+    return RankEvidence(
+        rank=ra.rank,
+        steps=sorted(int(x) for x in amp["step"].unique()),
+        scaler_ops_per_step={k: {c: float(v[c]) for c in by.columns} for k, v in by.iterrows()},
+        scaler_cpu_us_per_step=float(by["cpu_us"].sum()),
+        scaler_gpu_us_per_step=float(by["gpu_us"].sum()),
+        share_of_step=cost / max(float(s["wall_us"].mean()), 1e-9),
+        bf16_matmul_us_per_step=bf16 / nsteps,
+        fp16_matmul_us_per_step=fp16 / nsteps,
+        capture_amp_dtype=meta.get("amp_dtype"),
+        capture_grad_scaler=meta.get("grad_scaler"),
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    cost = e.scaler_cpu_us_per_step + e.scaler_gpu_us_per_step
+    title = (f"GradScaler runs every step ({cost:.0f} us CPU+GPU, rank {e.rank}) but the matrix work is bf16, which "
+             f"needs no loss scaling")
+    return Evidence(per_rank=[h.ev for h in hits], fp16_tolerance=FP16_TOLERANCE), title, cost
+
+
+RULE = Rule(
+    id="gradscaler-with-bf16",
+    title="GradScaler used with bf16 autocast",
+    needs=Needs(steps=("step", "wall_us"), gpu_steps=("matmul_bf16_us", "matmul_fp16_us"), tables=("amp_ops",)),
+    claim=Claim(order=100, gpu=Estimate(("launch", "compute")), cpu=Estimate(("optimizer", "other"))),
+    label="GradScaler",
+    thresholds=(),
+    evidence=Evidence, fix=Fixed(FIX), check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
+)

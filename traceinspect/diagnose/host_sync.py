@@ -6,12 +6,12 @@ the copy is done). Typical sources: ``loss.item()``, ``tensor.cpu()`` / ``.tolis
 ``torch.cuda.synchronize()``, boolean tests on CUDA tensors. The profiler's own synchronization when a window ends
 happens between steps and is not counted.
 
-**Condition**: the CPU is blocked for at least ``host_sync_share_warning`` (5 %) of the step's CPU time (*critical*
-at ``host_sync_share_critical``, 20 %). Why 5 %: one ``.item()`` per step for logging costs a little; more than
-that means the CPU repeatedly waits for the GPU to drain its queue and then has nothing queued, so the GPU idles
-while the CPU catches up. It also fires, whatever the share, on steps where a scalar read (``aten::item`` /
-``aten::_local_scalar_dense``: ``.item()``, ``float(t)``) blocks: the pattern is reported, and its severity comes
-from what the GPU waited (docs/findings.md), so a scalar read that costs nothing is an info.
+**Condition**: the CPU is blocked for at least ``host_sync_share_warning`` (5 %) of the step's CPU time. Why 5 %:
+one ``.item()`` per step for logging costs a little; more than that means the CPU repeatedly waits for the GPU to
+drain its queue and then has nothing queued, so the GPU idles while the CPU catches up. It also fires, whatever the
+share, on steps where a scalar read (``aten::item`` / ``aten::_local_scalar_dense``: ``.item()``, ``float(t)``)
+blocks: the pattern is reported, and its severity comes from what the GPU waited (docs/findings.md), so a scalar
+read that costs nothing is an info.
 
 **Evidence**: blocked time and number of blocking calls per step, the calls and the CPU ops that made them, and what
 the blocked time is (the title names the call and op that block most):
@@ -23,7 +23,8 @@ the blocked time is (the title names the call and op that block most):
   around it is DDP timing its first 10 iterations (and every 100th) for its logging; ``ddp_runtime_stats: true``:
   the profiled window sits in DDP's first iterations, so profile later (``skip_first``); there is no ``.item()`` to
   remove;
-* anything else: the op that syncs (``aten::_local_scalar_dense`` is ``.item()``), with the fix below.
+* anything else: the op that syncs (``aten::_local_scalar_dense`` is ``.item()``), with the fix below; the fix
+  names the op in a comment, quoted and at most 80 characters (a name from a trace is never code).
 
 **Fix**: keep values on the GPU inside the step and read them rarely::
 
@@ -36,15 +37,11 @@ Use ``non_blocking=True`` copies into pinned buffers for results needed on the h
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-from ._util import mean, severity_for, step_ids
-
-ID = "host-sync"
-TITLE = "The CPU blocks on the GPU inside steps"
-NEEDS = Needs(steps=("step",), gpu_steps=("sync_us", "cpu_step_us"), tables=("sync_calls",))
+from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._util import mean, pageable_mask, quoted, shown, step_ids
 
 FIX = (
     "running_loss += loss.detach()               # instead of loss.item() every step\n"
@@ -69,9 +66,54 @@ EVENT_SYNCS = {"cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchroniz
 DDP_FORWARD = "DistributedDataParallel.forward"
 ITEM_OPS = {"aten::_local_scalar_dense", "aten::item"}
 OWNED_SHARE = 0.5  # pageable copies are most of the blocked time: the time is the copies' (pageable-memcpy)
+PAGEABLE_ID = "pageable-memcpy"  # the rule that reports pageable copies (the finding's owned_by)
 
 
-def _top_calls(calls, steps, nsteps: int) -> list[dict]:
+class TopCall(msgspec.Struct, kw_only=True):
+    call: str  # the blocking runtime call
+    op: str  # the CPU op around it, as the trace names it
+    pageable_copy: bool
+    count_per_step: float
+    us_per_step: float
+
+
+class RankEvidence(RankHit, kw_only=True):
+    blocked_us_per_step: float
+    blocking_calls_per_step: float
+    item_calls_per_step: float
+    share_of_step: float
+    pageable_copy_us_per_step: float
+    ddp_runtime_stats_us_per_step: float
+    gpu_idle_while_blocked_us_per_step: float | None
+    top_calls: list[TopCall]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    blocked_by: str  # "pageable" | "ddp_stats" | "other"
+    owned_by: str | msgspec.UnsetType = msgspec.UNSET  # the finding that reports the blocked time (pageable copies)
+    ddp_runtime_stats: bool | msgspec.UnsetType = msgspec.UNSET
+    threshold_share_warning: float
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    """By what the blocked time is; for another op's sync, the op named in a comment (quoted: a name is data)."""
+    top = ev.per_rank[0].top_calls
+    if ev.blocked_by == "pageable":
+        return FIX_PAGEABLE if ev.owned_by else FIX_PAGEABLE.replace(" (see pageable-memcpy)", "")
+    if ev.blocked_by == "ddp_stats":
+        return FIX_DDP_STATS
+    op = top[0].op if top else None
+    if op in ITEM_OPS:
+        return FIX
+    if top and top[0].call.endswith("DeviceSynchronize"):
+        return FIX_SYNCHRONIZE
+    if op:
+        return f"# the sync comes from {quoted(op)}:\n# keep its result on the GPU, read it every N steps\n" + FIX
+    return FIX
+
+
+def _top_calls(calls, steps, nsteps: int) -> list[TopCall]:
     if calls is None or not len(calls):
         return []
     c = calls[calls["step"].isin(steps)]
@@ -79,8 +121,8 @@ def _top_calls(calls, steps, nsteps: int) -> list[dict]:
     g = c.groupby(keys)[["count", "total_us"]].sum().sort_values("total_us", ascending=False).head(5)
     out = []
     for k, v in g.iterrows():
-        out.append({"call": k[0], "op": k[1], "pageable_copy": bool(k[2]) if len(k) > 2 else False,
-                    "count_per_step": float(v["count"]) / nsteps, "us_per_step": float(v["total_us"]) / nsteps})
+        out.append(TopCall(call=k[0], op=k[1], pageable_copy=bool(k[2]) if len(k) > 2 else False,
+                           count_per_step=float(v["count"]) / nsteps, us_per_step=float(v["total_us"]) / nsteps))
     return out
 
 
@@ -110,94 +152,68 @@ def _item_calls(calls, steps) -> np.ndarray:
     return steps.map(per_step).fillna(0).to_numpy(dtype=float)
 
 
-def check(report, config) -> list[Finding]:
-    per_rank, ranks, steps = [], [], set()
-    worst = None
-    for ra in report.ranks:
-        s = ra.steps
-        if ra.basis != "gpu" or "sync_us" not in s or not len(s):
-            continue
-        share = s["sync_us"] / s["cpu_step_us"].where(s["cpu_step_us"] > 0)
-        calls = ra.tables.get("sync_calls")
-        # A scalar read (.item(), a Python float of a tensor) in every step is the pattern to report even where it
-        # is cheap: the accounting then says what it costs (often nothing on a GPU-bound step).
-        items = _item_calls(calls, s["step"])
-        mask = ((share >= config.host_sync_share_warning).fillna(False).to_numpy() | (items >= 1))
-        if not mask.any():
-            continue
-        sh = mean(share[mask])
-        sev = severity_for(sh, config.host_sync_share_warning, config.host_sync_share_critical) or "warning"
-        flagged = set(s.loc[mask, "step"])
-        nsteps = max(int(mask.sum()), 1)
-        top = _top_calls(calls, flagged, nsteps)
-        kind, pageable_us, ddp_us = _kind(calls, flagged)
-        us = mean(s.loc[mask, "sync_us"])
-        if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, us, top, kind)
-        per_rank.append(
-            {
-                "rank": ra.rank,
-                "steps": step_ids(s, mask),
-                "blocked_us_per_step": us,
-                "blocking_calls_per_step": mean(s.loc[mask, "sync_count"]),
-                "item_calls_per_step": float(items[mask].mean()),
-                "share_of_step": sh,
-                "pageable_copy_us_per_step": pageable_us / nsteps,
-                "ddp_runtime_stats_us_per_step": ddp_us / nsteps,
-                "gpu_idle_while_blocked_us_per_step": mean(s.loc[mask, "idle_sync_us"]) if "idle_sync_us" in s else None,
-                "top_calls": top,
-            }
-        )
-        ranks.append(ra.rank)
-        steps.update(step_ids(s, mask))
-    if not per_rank:
-        return []
-    sh, sev, rank, us, top, kind = worst
-    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank whose numbers the title gives comes first
+def _rank(ra, config, report):
+    s = ra.steps
+    if ra.basis != "gpu" or "sync_us" not in s or not len(s):
+        return None
+    share = s["sync_us"] / s["cpu_step_us"].where(s["cpu_step_us"] > 0)
+    calls = ra.tables.get("sync_calls")
+    # A scalar read (.item(), a Python float of a tensor) in every step is the pattern to report even where it is
+    # cheap: the accounting then says what it costs (often nothing on a GPU-bound step).
+    items = _item_calls(calls, s["step"])
+    mask = ((share >= config.host_sync_share_warning).fillna(False).to_numpy() | (items >= 1))
+    if not mask.any():
+        return None
+    flagged = set(s.loc[mask, "step"])
+    nsteps = max(int(mask.sum()), 1)
+    kind, pageable_us, ddp_us = _kind(calls, flagged)
+    return RankEvidence(
+        rank=ra.rank,
+        steps=step_ids(s, mask),
+        blocked_us_per_step=mean(s.loc[mask, "sync_us"]),
+        blocking_calls_per_step=mean(s.loc[mask, "sync_count"]),
+        item_calls_per_step=float(items[mask].mean()),
+        share_of_step=mean(share[mask]),
+        pageable_copy_us_per_step=pageable_us / nsteps,
+        ddp_runtime_stats_us_per_step=ddp_us / nsteps,
+        gpu_idle_while_blocked_us_per_step=mean(s.loc[mask, "idle_sync_us"]) if "idle_sync_us" in s else None,
+        top_calls=_top_calls(calls, flagged, nsteps),
+    ), kind
+
+
+def _summary(hits, w, report, config):
+    e, kind, top = w.ev, w.aux, w.ev.top_calls
+    us, sh = e.blocked_us_per_step, e.share_of_step
     blocked = f"{us / 1000:.1f} ms" if us >= 1000 else f"{us / 1000:.2f} ms"
     head = f"CPU blocked on the GPU {blocked} per step, {100 * sh:.0f} % of the step" if sh >= 0.01 else \
         f"CPU blocked on the GPU {blocked} per step, {100 * sh:.1f} % of the step"
-    items = next((e["item_calls_per_step"] for e in per_rank if e["rank"] == rank), 0.0)
-    if items >= 1:
-        head = f"{items:.0f} scalar reads (.item()) per step wait for the GPU; " + head
+    if e.item_calls_per_step >= 1:
+        head = f"{e.item_calls_per_step:.0f} scalar reads (.item()) per step wait for the GPU; " + head
     extra = {}
     if kind == "pageable":
-        title = head + " in pageable copies" + (f" ({top[0]['call']} from {top[0]['op']})" if top else "")
-        fix = FIX_PAGEABLE
-        from . import pageable_memcpy
-
-        if pageable_memcpy.check(report, config):  # that finding reports these copies: link it, do not repeat it
+        title = head + " in pageable copies" + (f" ({shown(top[0].call)} from {shown(top[0].op)})" if top else "")
+        # where pageable-memcpy reports these copies, link it rather than repeat it
+        if any(pageable_mask(ra, config) is not None for ra in report.ranks):
             title += ": the copies' time, see pageable-memcpy"
-            extra["owned_by"] = pageable_memcpy.ID
-        else:
-            fix = fix.replace(" (see pageable-memcpy)", "")
+            extra["owned_by"] = PAGEABLE_ID
     elif kind == "ddp_stats":
-        title = (head + f" in DDP's own {top[0]['call'] if top else 'cudaEventSynchronize'} (DDP times its first 10 "
-                 "iterations for its runtime statistics): profile later (skip_first)")
-        fix, extra["ddp_runtime_stats"] = FIX_DDP_STATS, True
+        call = shown(top[0].call) if top else "cudaEventSynchronize"
+        title = (head + f" in DDP's own {call} (DDP times its first 10 iterations for its runtime statistics): "
+                 "profile later (skip_first)")
+        extra["ddp_runtime_stats"] = True
     else:
-        what = f" (mostly {top[0]['call']} from {top[0]['op']})" if top else ""
-        title = head + what
-        op = top[0]["op"] if top else None
-        fix = FIX if op in ITEM_OPS else (FIX_SYNCHRONIZE if top and top[0]["call"].endswith("DeviceSynchronize")
-                                          else FIX)
-        if op and op not in ITEM_OPS and fix is FIX:
-            fix = f"# the sync comes from {op}: keep its result on the GPU, read it every N steps\n" + FIX
-    return [
-        Finding(
-            id=ID,
-            severity=sev,
-            title=title,
-            ranks=sorted(ranks),
-            steps=sorted(steps),
-            evidence={
-                "per_rank": per_rank,
-                "blocked_by": kind,
-                **extra,
-                "threshold_share_warning": config.host_sync_share_warning,
-                "threshold_share_critical": config.host_sync_share_critical,
-            },
-            fix=fix,
-            time_at_stake_us=us,
-        )
-    ]
+        title = head + (f" (mostly {shown(top[0].call)} from {shown(top[0].op)})" if top else "")
+    ev = Evidence(per_rank=[h.ev for h in hits], blocked_by=kind, **extra,
+                  threshold_share_warning=config.host_sync_share_warning)
+    return ev, title, us
+
+
+RULE = Rule(
+    id="host-sync",
+    title="The CPU blocks on the GPU inside steps",
+    needs=Needs(steps=("step",), gpu_steps=("sync_us", "cpu_step_us"), tables=("sync_calls",)),
+    claim=Claim(order=30, gpu=Column("sync", "idle_sync_us"), cpu=None),
+    label="host syncs",
+    thresholds=("host_sync_share_warning", "pageable_min_bytes_per_step"),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
+)

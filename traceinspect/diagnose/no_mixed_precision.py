@@ -8,7 +8,7 @@ bf16 and TF32 tensor cores exist. TF32 kernels (``tensorop_s1688gemm``, ``xmma_g
 is decided (its name first, the launching op's ``Input type`` when shapes were recorded): docs/rules-precision.md.
 
 **Condition**: in at least half of a rank's steps, fp32 matrix kernels take at least ``fp32_matmul_share_warning``
-(20 %) of the step's compute-kernel time (*critical* at ``fp32_matmul_share_critical``, 50 %). Why 20 %: a
+(20 %) of the step's compute-kernel time. Why 20 %: a
 bf16 tensor-core GEMM runs 8-16x faster than an FFMA one on these parts (A100: 312 vs 19.5 dense TFLOP/s;
 H100/H200 SXM: 989 vs 67), so at 20 % of kernel time the fix returns well over a sixth of the GPU's compute
 time; below that the fp32 work is usually deliberate (a loss, a norm, a tiny head) and not worth a precision
@@ -18,7 +18,8 @@ CPU-only traces.
 **Evidence**: per rank, fp32 / TF32 / 16-bit matrix time per step and the fp32 share, the top fp32 kernels with
 the op that launched them, the device and its compute capability. **Time at stake**: 75 % of the fp32 matrix
 time per step (a conservative 4x speed-up): GPU time; the step shortens only where the GPU is the bottleneck,
-less the CPU work autocast's casts add, and nothing of a step the DataLoader paced until the loader keeps up
+less the CPU work autocast's casts add (``autocast_casts_per_gemm`` cast kernels per fp32 GEMM kernel, each at the
+step's CPU time per launch), and nothing of a step the DataLoader paced until the loader keeps up
 (docs/findings.md); no step shorter than the DataLoader can feed (its measured bound, or for pinning workers
 whose pinning thread the capture did not time, the estimate of bounds.py). Where an untimed DataLoader feeds the loop
 the saving assumes it can feed a faster step, which no trace shows: the finding says so (``saving_holds_if``) and
@@ -38,15 +39,12 @@ Where fp32 must stay (numerics), let it run on TF32 tensor cores::
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-from ._util import loader_period_us, mean, severity_for, step_ids
-
-ID = "no-mixed-precision"
-TITLE = "Matrix work in plain fp32 on a GPU with tensor cores"
-NEEDS = Needs(steps=("step",), gpu_steps=("matmul_fp32_us", "compute_kernel_time_us"), tables=("matmul_kernels",))
+from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._util import loader_period_us, mean, shown, step_ids
+from .bounds import autocast_cpu_us
 
 FIX = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
@@ -67,68 +65,78 @@ HOLDS_IF = ("the DataLoader keeps up with a faster step: how fast it could feed 
 SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservatively (4x)
 
 
-def check(report, config) -> list[Finding]:
-    warn = config.fp32_matmul_share_warning
-    crit = config.fp32_matmul_share_critical
-    per_rank, ranks, steps = [], [], set()
-    worst = None
-    fed_by_loader = False
-    for ra in report.ranks:
-        s = ra.steps
-        cc = ra.compute_capability
-        if ra.basis != "gpu" or not cc or tuple(cc)[0] < 8 or "matmul_fp32_us" not in s or not len(s):
-            continue
-        kernel_us = s["compute_kernel_time_us"].where(s["compute_kernel_time_us"] > 0)
-        share = (s["matmul_fp32_us"] / kernel_us).fillna(0.0)
-        mask = (share >= warn).to_numpy()
-        if mask.sum() * 2 < len(s):
-            continue
-        sel = s[mask]
-        sh = mean(share[mask])
-        fp32_us = mean(sel["matmul_fp32_us"])
-        sev = severity_for(sh, warn, crit) or "warning"
-        kt = ra.tables.get("matmul_kernels")
-        top = []
-        if kt is not None and len(kt):
-            k = kt[kt["precision"] == "fp32"].head(5)
-            nsteps = max(len(s), 1)
-            top = [{"kernel": r["name"], "family": r["family"], "op": r["op"], "source": r["source"],
-                    "us_per_step": float(r["total_us"]) / nsteps} for _, r in k.iterrows()]
-        if worst is None or sh > worst[0]:
-            worst = (sh, sev, ra.rank, fp32_us, ra.device)
-        per_rank.append({
-            "rank": ra.rank,
-            "device": ra.device,
-            "compute_capability": list(cc),
-            "steps": step_ids(s, mask),
-            "fp32_matmul_us_per_step": fp32_us,
-            "tf32_matmul_us_per_step": mean(sel["matmul_tf32_us"]),
-            "matmul_16bit_us_per_step": mean(sel["matmul_16bit_us"]),
-            "matmul_us_per_step": mean(sel["matmul_us"]),
-            "compute_kernel_us_per_step": mean(sel["compute_kernel_time_us"]),
-            "fp32_share_of_kernel_time": sh,
-            "top_fp32_kernels": top,
-        })
-        period = loader_period_us(ra)  # where the capture timed the loader (its workers, its pinning thread)
-        if period is not None:
-            per_rank[-1]["loader_period_us"] = period
-        if period is None and "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any()):
-            fed_by_loader = True  # by a loader whose pace the capture did not measure
-        ranks.append(ra.rank)
-        steps.update(step_ids(s, mask))
-    if not per_rank:
-        return []
-    sh, sev, rank, fp32_us, device = worst
-    per_rank.sort(key=lambda e: e["rank"] != rank)  # the rank the title names comes first (renderers show it)
-    return [Finding(
-        id=ID,
-        severity=sev,
-        title=(f"fp32 matrix kernels take {100 * sh:.0f} % of GPU kernel time ({fp32_us / 1000:.2f} ms/step, "
-               f"rank {rank}{', ' + device if device else ''}): no autocast, no TF32"),
-        ranks=sorted(ranks),
-        steps=sorted(steps),
-        evidence={"per_rank": per_rank, "threshold_share_warning": warn, "threshold_share_critical": crit,
-                  "assumed_saving": SAVING, "saving_holds_if": HOLDS_IF if fed_by_loader else None},
-        fix=FIX if fed_by_loader else FIX_NO_LOADER,
-        time_at_stake_us=float(np.mean([r["fp32_matmul_us_per_step"] for r in per_rank])) * SAVING,
-    )]
+class RankEvidence(RankHit, kw_only=True):
+    device: str | None
+    compute_capability: list[int]
+    fp32_matmul_us_per_step: float
+    tf32_matmul_us_per_step: float
+    matmul_16bit_us_per_step: float
+    matmul_us_per_step: float
+    compute_kernel_us_per_step: float
+    fp32_share_of_kernel_time: float
+    top_fp32_kernels: list[dict]  # kernel, family, op, source, us_per_step
+    loader_period_us: float | msgspec.UnsetType = msgspec.UNSET  # where the capture timed the loader
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_share_warning: float
+    assumed_saving: float
+    saving_holds_if: str | None  # what the saving assumes that no trace shows (thin evidence)
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    """With the caveat to profile again where an untimed DataLoader feeds the loop."""
+    return FIX if ev.saving_holds_if else FIX_NO_LOADER
+
+
+def _rank(ra, config, report):
+    s = ra.steps
+    cc = ra.compute_capability
+    if ra.basis != "gpu" or not cc or tuple(cc)[0] < 8 or "matmul_fp32_us" not in s or not len(s):
+        return None
+    kernel_us = s["compute_kernel_time_us"].where(s["compute_kernel_time_us"] > 0)
+    share = (s["matmul_fp32_us"] / kernel_us).fillna(0.0)
+    mask = (share >= config.fp32_matmul_share_warning).to_numpy()
+    if mask.sum() * 2 < len(s):
+        return None
+    sel = s[mask]
+    kt = ra.tables.get("matmul_kernels")
+    top = []
+    if kt is not None and len(kt):
+        k = kt[kt["precision"] == "fp32"].head(5)
+        nsteps = max(len(s), 1)
+        top = [{"kernel": r["name"], "family": r["family"], "op": r["op"], "source": r["source"],
+                "us_per_step": float(r["total_us"]) / nsteps} for _, r in k.iterrows()]
+    period = loader_period_us(ra)  # where the capture timed the loader (its workers, its pinning thread)
+    ev = RankEvidence(
+        rank=ra.rank, device=ra.device, compute_capability=list(cc), steps=step_ids(s, mask),
+        fp32_matmul_us_per_step=mean(sel["matmul_fp32_us"]), tf32_matmul_us_per_step=mean(sel["matmul_tf32_us"]),
+        matmul_16bit_us_per_step=mean(sel["matmul_16bit_us"]), matmul_us_per_step=mean(sel["matmul_us"]),
+        compute_kernel_us_per_step=mean(sel["compute_kernel_time_us"]), fp32_share_of_kernel_time=mean(share[mask]),
+        top_fp32_kernels=top, **({} if period is None else {"loader_period_us": period}))
+    # fed by a loader whose pace the capture did not measure
+    fed = period is None and "dataloader_us" in s and bool((s["dataloader_us"].fillna(0) > 0).any())
+    return ev, fed
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    device = f", {shown(e.device)}" if e.device else ""
+    title = (f"fp32 matrix kernels take {100 * e.fp32_share_of_kernel_time:.0f} % of GPU kernel time "
+             f"({e.fp32_matmul_us_per_step / 1000:.2f} ms/step, rank {e.rank}{device}): no autocast, no TF32")
+    fed = any(h.aux for h in hits)
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_share_warning=config.fp32_matmul_share_warning,
+                  assumed_saving=SAVING, saving_holds_if=HOLDS_IF if fed else None)
+    return ev, title, float(np.mean([h.ev.fp32_matmul_us_per_step for h in hits])) * SAVING
+
+
+RULE = Rule(
+    id="no-mixed-precision",
+    title="Matrix work in plain fp32 on a GPU with tensor cores",
+    needs=Needs(steps=("step",), gpu_steps=("matmul_fp32_us", "compute_kernel_time_us"), tables=("matmul_kernels",)),
+    claim=Claim(order=80, gpu=Column("compute", "matmul_fp32_us", scale=SAVING), cpu=None, adds_cpu=autocast_cpu_us),
+    label="fp32 matmuls",
+    thresholds=("fp32_matmul_share_warning", "autocast_casts_per_gemm"),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.fp32_share_of_kernel_time),
+)

@@ -20,8 +20,8 @@ the file (also after the last step's window), is not per-parameter; nor is a cal
 step runs after the window).
 
 **Condition**: either pattern in at least one step (the per-parameter path needs at least
-``optimizer_min_ops`` (4) ops in the step, so an empty step does not count). Severity: *warning* when the CPU
-time inside these records is at least ``optimizer_share_warning`` (5 %) of the step's CPU time, *info* below.
+``optimizer_min_ops`` (4) ops in the step, so an empty step does not count). Its claim is the CPU time inside
+these records (docs/findings.md).
 Works on CPU-only traces too (there ``fused=True`` AdamW/Adam/SGD also exist, torch >= 2.4).
 
 **Evidence**: per rank and optimizer, ops per step inside ``Optimizer.step`` (foreach / fused / other), kernels
@@ -37,12 +37,10 @@ stake**: the CPU time inside the flagged records (an upper bound: a fused step t
 
 from __future__ import annotations
 
-from . import Needs
-from .finding import Finding
+import msgspec
 
-ID = "optimizer-not-fused"
-TITLE = "Per-parameter optimizer step or zero-filled gradients"
-NEEDS = Needs(steps=("step", "wall_us"), tables=("optimizer",))
+from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._util import quoted, shown
 
 FIX = (
     "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"
@@ -53,17 +51,32 @@ FUSED_CLASSES = {"Adam", "AdamW", "SGD", "Adagrad"}
 TORCH_OPTIM = FUSED_CLASSES | {"RMSprop", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop"}
 
 
-def _fix(per_parameter: list[str], zero_fill: bool) -> str:
-    """The fix for what was seen: the same optimizer class with foreach / fused, and set_to_none zeroing."""
+class RankEvidence(RankHit, kw_only=True):
+    basis: str
+    share_of_step_cpu: float
+    flagged_cpu_us_per_step: float  # CPU time in the per-parameter steps and zero-fills
+    per_parameter_step: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET  # optimizer class -> ...
+    zero_grad_fills: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    patterns: list[str]  # "per-parameter", "zero-fill"
+    min_ops: int
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    """The same optimizer class with foreach / fused, and set_to_none zeroing; a class the trace names that is not
+    torch.optim's is quoted in a comment (a name is data)."""
     lines = []
-    for name in per_parameter:
+    for name in sorted({n for e in ev.per_rank for n in (e.per_parameter_step or {})}):
         if name in FUSED_CLASSES:
             lines.append(f"opt = torch.optim.{name}(model.parameters(), lr=lr, foreach=True)  # or fused=True")
         elif name in TORCH_OPTIM:
             lines.append(f"opt = torch.optim.{name}(model.parameters(), lr=lr, foreach=True)")
         else:
-            lines.append(f"# {name}: use its multi-tensor (foreach) or fused implementation, if it has one")
-    if zero_fill:
+            lines.append(f"# {quoted(name)}: use its multi-tensor (foreach) or fused implementation, if it has one")
+    if "zero-fill" in ev.patterns:
         lines.append("opt.zero_grad(set_to_none=True)   # no pass that writes zeros into every gradient")
     return "\n".join(lines) or FIX
 
@@ -87,66 +100,60 @@ def _per_parameter(row) -> bool:
     return row["foreach_ops"] == 0 and row["fused_ops"] == 0 and row["multi_tensor_kernels"] == 0
 
 
-def check(report, config) -> list[Finding]:
-    warn = config.optimizer_share_warning
-    min_ops = config.optimizer_min_ops
-    per_rank, ranks, steps = [], [], set()
-    worst_share = 0.0
-    kinds_found = set()
-    for ra in report.ranks:
-        opt = ra.tables.get("optimizer")
-        s = ra.steps
-        if opt is None or not len(opt) or not len(s):
-            continue
-        fused_seen = _fused_elsewhere(opt, ra.tables.get("fused_optimizer_ops"))
-        opt = opt[opt["step"].isin(s["step"])]
-        # A call cut by the end of the recording may lack its foreach / fused ops: it proves nothing.
-        complete = opt["truncated"] == 0 if "truncated" in opt else True
-        st = opt[(opt["kind"] == "step") & (opt["ops"] >= min_ops) & complete & ~opt["optimizer"].isin(fused_seen)]
-        single = st[st.apply(_per_parameter, axis=1)] if len(st) else st
-        zg = opt[(opt["kind"] == "zero_grad") & (opt["zero_ops"] > 0)]
-        if not len(single) and not len(zg):
-            continue
-        nsteps = len(s)
-        cpu_step = float(s["cpu_step_us"].mean()) if "cpu_step_us" in s else float(s["wall_us"].mean())
-        flagged_cpu = (float(single["cpu_us"].sum()) + float(zg["cpu_us"].sum())) / nsteps
-        share = flagged_cpu / max(cpu_step, 1e-9)
-        worst_share = max(worst_share, share)
-        entry = {"rank": ra.rank, "basis": ra.basis, "share_of_step_cpu": share, "flagged_cpu_us_per_step": flagged_cpu}
-        if len(single):
-            kinds_found.add("per-parameter")
-            g = single.groupby("optimizer")[["calls", "cpu_us", "ops", "foreach_ops", "fused_ops",
-                                              "single_tensor_ops", "kernel_count", "multi_tensor_kernels",
-                                              "gpu_us"]].sum() / nsteps
-            entry["per_parameter_step"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
-        if len(zg):
-            kinds_found.add("zero-fill")
-            g = zg.groupby("optimizer")[["calls", "cpu_us", "zero_ops", "kernel_count", "gpu_us"]].sum() / nsteps
-            entry["zero_grad_fills"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
-        entry["steps"] = sorted(int(x) for x in set(single["step"]) | set(zg["step"]))
-        per_rank.append(entry)
-        ranks.append(ra.rank)
-        steps.update(entry["steps"])
-    if not per_rank:
-        return []
-    r0 = max(per_rank, key=lambda r: r["share_of_step_cpu"])
-    per_rank.sort(key=lambda e: e is not r0)  # the rank the title names comes first (renderers show it)
+def _rank(ra, config, report):
+    opt = ra.tables.get("optimizer")
+    s = ra.steps
+    if opt is None or not len(opt) or not len(s):
+        return None
+    fused_seen = _fused_elsewhere(opt, ra.tables.get("fused_optimizer_ops"))
+    opt = opt[opt["step"].isin(s["step"])]
+    # A call cut by the end of the recording may lack its foreach / fused ops: it proves nothing.
+    complete = opt["truncated"] == 0 if "truncated" in opt else True
+    st = opt[(opt["kind"] == "step") & (opt["ops"] >= config.optimizer_min_ops) & complete
+             & ~opt["optimizer"].isin(fused_seen)]
+    single = st[st.apply(_per_parameter, axis=1)] if len(st) else st
+    zg = opt[(opt["kind"] == "zero_grad") & (opt["zero_ops"] > 0)]
+    if not len(single) and not len(zg):
+        return None
+    nsteps = len(s)
+    cpu_step = float(s["cpu_step_us"].mean()) if "cpu_step_us" in s else float(s["wall_us"].mean())
+    flagged_cpu = (float(single["cpu_us"].sum()) + float(zg["cpu_us"].sum())) / nsteps
+    parts = {}
+    if len(single):
+        g = single.groupby("optimizer")[["calls", "cpu_us", "ops", "foreach_ops", "fused_ops", "single_tensor_ops",
+                                          "kernel_count", "multi_tensor_kernels", "gpu_us"]].sum() / nsteps
+        parts["per_parameter_step"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+    if len(zg):
+        g = zg.groupby("optimizer")[["calls", "cpu_us", "zero_ops", "kernel_count", "gpu_us"]].sum() / nsteps
+        parts["zero_grad_fills"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+    return RankEvidence(rank=ra.rank, basis=ra.basis, share_of_step_cpu=flagged_cpu / max(cpu_step, 1e-9),
+                        flagged_cpu_us_per_step=flagged_cpu,
+                        steps=sorted(int(x) for x in set(single["step"]) | set(zg["step"])), **parts)
+
+
+def _summary(hits, w, report, config):
+    e, per_rank = w.ev, [h.ev for h in hits]
+    kinds = sorted({k for x in per_rank for k, part in (("per-parameter", x.per_parameter_step),
+                                                         ("zero-fill", x.zero_grad_fills)) if part})
     parts = []
-    per_param_names = sorted({n for r in per_rank for n in (r.get("per_parameter_step") or {})})
-    if "per-parameter" in kinds_found:
-        name, v = next(iter((r0.get("per_parameter_step") or {"optimizer": {"ops": 0, "kernel_count": 0}}).items()))
+    if "per-parameter" in kinds:
+        name, v = next(iter((e.per_parameter_step or {"optimizer": {"ops": 0, "kernel_count": 0}}).items()))
         what = f"{v['ops']:.0f} ops" + (f", {v['kernel_count']:.0f} kernels" if v["kernel_count"] else "")
-        parts.append(f"{name} steps one parameter at a time ({what} per step)")
-    if "zero-fill" in kinds_found:
+        parts.append(f"{shown(name)} steps one parameter at a time ({what} per step)")
+    if "zero-fill" in kinds:
         parts.append("zero_grad fills gradients with zeros")
-    return [Finding(
-        id=ID,
-        severity="warning" if worst_share >= warn else "info",
-        title="; ".join(parts) + f" ({100 * r0['share_of_step_cpu']:.1f} % of the step's CPU time, rank {r0['rank']})",
-        ranks=sorted(ranks),
-        steps=sorted(steps),
-        evidence={"per_rank": per_rank, "patterns": sorted(kinds_found), "threshold_share_warning": warn,
-                  "min_ops": min_ops},
-        fix=_fix(per_param_names, "zero-fill" in kinds_found),
-        time_at_stake_us=max(r["flagged_cpu_us_per_step"] for r in per_rank),
-    )]
+    title = "; ".join(parts) + f" ({100 * e.share_of_step_cpu:.1f} % of the step's CPU time, rank {e.rank})"
+    ev = Evidence(per_rank=per_rank, patterns=kinds, min_ops=config.optimizer_min_ops)
+    return ev, title, max(x.flagged_cpu_us_per_step for x in per_rank)
+
+
+RULE = Rule(
+    id="optimizer-not-fused",
+    title="Per-parameter optimizer step or zero-filled gradients",
+    needs=Needs(steps=("step", "wall_us"), tables=("optimizer",)),
+    claim=Claim(order=110, gpu=Estimate(("launch",)), cpu=Estimate(("optimizer",)),
+                estimate_key="flagged_cpu_us_per_step"),
+    label="per-parameter optimizer",
+    thresholds=("optimizer_min_ops",),
+    evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step_cpu),
+)

@@ -3,9 +3,10 @@
 **Detects** GPU copy events named ``Memcpy HtoD (Pageable -> Device)`` or ``Memcpy DtoH (Device -> Pageable)``.
 
 **Condition**: in a step, pageable copies move at least ``pageable_min_bytes_per_step`` bytes (64 KiB: smaller ones,
-like a scalar ``.item()``, are not a data-transfer problem; ``host-sync`` covers them). Severity: *warning* when
-the copies' time (GPU copy time, or the CPU time blocked in their launch calls if longer) is at least
-``pageable_share_warning`` (2 %) of the step, *critical* at twice that, *info* below.
+like a scalar ``.item()``, are not a data-transfer problem; ``host-sync`` covers them). Its claim (docs/findings.md)
+is the copy time beyond a pinned copy of the same bytes (the pinned bandwidth measured in the trace, else
+``pinned_h2d_gbps_assumed``, 25 GB/s) and the GPU idle while the CPU was blocked in the copies' calls; its
+severity comes from that claim.
 
 **Why it matters**: the CUDA driver cannot DMA from pageable memory. It first copies the batch into an internal
 pinned staging buffer on the CPU, then transfers it, in chunks, and the call blocks the CPU until done: the copy
@@ -29,20 +30,12 @@ For device-to-host results, copy into a pinned buffer (``torch.empty(..., pin_me
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-from ._util import gbps, mean, step_ids
-
-ID = "pageable-memcpy"
-TITLE = "Copies from pageable host memory"
-NEEDS = Needs(
-    steps=("step", "wall_us"),
-    gpu_steps=("pageable_h2d_bytes", "pageable_h2d_count", "pageable_h2d_time_us", "pageable_d2h_bytes",
-               "pageable_d2h_count", "pageable_d2h_time_us", "pinned_h2d_bytes", "pinned_h2d_time_us"),
-    tables=("pageable_copies",),
-)
+from ._rule import Claim, Custom, Fixed, Needs, PerRank, RankHit, Rule
+from ._util import gbps, mean, pageable_mask, step_ids
+from .bounds import col, per_step
 
 FIX = (
     "loader = DataLoader(dataset, ..., pin_memory=True)\n"
@@ -51,90 +44,120 @@ FIX = (
 )
 
 
-def check(report, config) -> list[Finding]:
-    out = []
-    hits = []
-    for ra in report.ranks:
-        s = ra.steps
-        if ra.basis != "gpu" or "pageable_h2d_bytes" not in s:
-            continue
-        pbytes = s["pageable_h2d_bytes"] + s["pageable_d2h_bytes"]
-        mask = pbytes >= config.pageable_min_bytes_per_step
-        if not mask.any():
-            continue
-        hits.append((ra, mask))
-    if not hits:
-        return out
-    ranks, steps, per_rank = [], set(), []
-    worst_share = 0.0
-    stake = []
-    for ra, mask in hits:
-        s = ra.steps[mask]
-        copies = ra.tables.get("pageable_copies")
-        blocked = 0.0
-        ops = {}
-        if copies is not None and len(copies):
-            c = copies[copies["step"].isin(s["step"])]
-            blocked = float(c["runtime_us"].sum()) / max(len(s), 1)
-            ops = c.groupby(c["op"].fillna("(unknown)"))["bytes"].sum().sort_values(ascending=False).head(3).to_dict()
-        copy_us = mean(s["pageable_h2d_time_us"] + s["pageable_d2h_time_us"])
-        share = max(copy_us, blocked) / max(mean(s["wall_us"]), 1e-9)
-        worst_share = max(worst_share, share)
-        pin_bw = gbps(ra.steps["pinned_h2d_bytes"].sum(), ra.steps["pinned_h2d_time_us"].sum())
-        page_bw = gbps(s["pageable_h2d_bytes"].sum(), s["pageable_h2d_time_us"].sum())
-        page_d2h_bw = gbps(s["pageable_d2h_bytes"].sum(), s["pageable_d2h_time_us"].sum())
-        pinned_setting = (ra.metadata.get("dataloader") or {}).get("pin_memory") if ra.metadata else None
-        per_rank.append(
-            {
-                "rank": ra.rank,
-                "steps": step_ids(ra.steps, mask),
-                "pageable_h2d_bytes_per_step": mean(s["pageable_h2d_bytes"]),
-                "pageable_d2h_bytes_per_step": mean(s["pageable_d2h_bytes"]),
-                "pageable_copies_per_step": mean(s["pageable_h2d_count"] + s["pageable_d2h_count"]),
-                "pageable_copy_us_per_step": copy_us,
-                "cpu_blocked_us_per_step": blocked,
-                "share_of_step": share,
-                "pageable_h2d_gbps": page_bw,
-                "pageable_d2h_gbps": page_d2h_bw,
-                "pinned_h2d_gbps": pin_bw,
-                "issuing_ops_bytes": {str(k): int(v) for k, v in ops.items()},
-                "dataloader_pin_memory": pinned_setting,
-            }
-        )
-        ranks.append(ra.rank)
-        steps.update(step_ids(ra.steps, mask))
-        # At stake: the copy time beyond what the same bytes would take at pinned bandwidth, and the blocked CPU.
-        est = copy_us
-        if pin_bw:
-            est = max(copy_us - mean(s["pageable_h2d_bytes"] + s["pageable_d2h_bytes"]) / (pin_bw * 1e3), 0.0)
-        stake.append(max(est, blocked))
-    if worst_share >= 2 * config.pageable_share_warning:
-        sev = "critical"
-    elif worst_share >= config.pageable_share_warning:
-        sev = "warning"
-    else:
-        sev = "info"
-    r0 = per_rank[0]
-    bw = f"{r0['pageable_h2d_gbps']:.1f} GB/s" if r0["pageable_h2d_gbps"] else "n/a"
-    pin = f" vs pinned {r0['pinned_h2d_gbps']:.1f} GB/s" if r0["pinned_h2d_gbps"] else ""
-    title = (
-        f"{(r0['pageable_h2d_bytes_per_step'] + r0['pageable_d2h_bytes_per_step']) / 1e6:.1f} MB/step copied from "
-        f"pageable memory ({bw}{pin}), {100 * r0['share_of_step']:.1f} % of the step"
+class RankEvidence(RankHit, kw_only=True):
+    pageable_h2d_bytes_per_step: float
+    pageable_d2h_bytes_per_step: float
+    pageable_copies_per_step: float
+    pageable_copy_us_per_step: float
+    cpu_blocked_us_per_step: float  # CPU time in the copies' launch calls
+    share_of_step: float
+    pageable_h2d_gbps: float | None
+    pageable_d2h_gbps: float | None
+    pinned_h2d_gbps: float | None  # the pinned copies of the same trace, for comparison
+    issuing_ops_bytes: dict[str, int]  # the CPU ops that issued the most pageable bytes (3 at most)
+    dataloader_pin_memory: bool | None  # the DataLoader's pin_memory, where the capture recorded it
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_bytes_per_step: int
+
+
+def _rank(ra, config, report):
+    mask = pageable_mask(ra, config)
+    if mask is None:
+        return None
+    s = ra.steps
+    sel = s[mask]
+    copies = ra.tables.get("pageable_copies")
+    blocked = 0.0
+    ops = {}
+    if copies is not None and len(copies):
+        c = copies[copies["step"].isin(sel["step"])]
+        blocked = float(c["runtime_us"].sum()) / max(len(sel), 1)
+        ops = c.groupby(c["op"].fillna("(unknown)"))["bytes"].sum().sort_values(ascending=False).head(3).to_dict()
+    copy_us = mean(sel["pageable_h2d_time_us"] + sel["pageable_d2h_time_us"])
+    pin_bw = gbps(s["pinned_h2d_bytes"].sum(), s["pinned_h2d_time_us"].sum())
+    ev = RankEvidence(
+        rank=ra.rank,
+        steps=step_ids(s, mask),
+        pageable_h2d_bytes_per_step=mean(sel["pageable_h2d_bytes"]),
+        pageable_d2h_bytes_per_step=mean(sel["pageable_d2h_bytes"]),
+        pageable_copies_per_step=mean(sel["pageable_h2d_count"] + sel["pageable_d2h_count"]),
+        pageable_copy_us_per_step=copy_us,
+        cpu_blocked_us_per_step=blocked,
+        share_of_step=max(copy_us, blocked) / max(mean(sel["wall_us"]), 1e-9),
+        pageable_h2d_gbps=gbps(sel["pageable_h2d_bytes"].sum(), sel["pageable_h2d_time_us"].sum()),
+        pageable_d2h_gbps=gbps(sel["pageable_d2h_bytes"].sum(), sel["pageable_d2h_time_us"].sum()),
+        pinned_h2d_gbps=pin_bw,
+        issuing_ops_bytes={str(k): int(v) for k, v in ops.items()},
+        dataloader_pin_memory=(ra.metadata.get("dataloader") or {}).get("pin_memory") if ra.metadata else None,
     )
-    out.append(
-        Finding(
-            id=ID,
-            severity=sev,
-            title=title,
-            ranks=sorted(ranks),
-            steps=sorted(steps),
-            evidence={
-                "per_rank": per_rank,
-                "threshold_bytes_per_step": config.pageable_min_bytes_per_step,
-                "threshold_share_warning": config.pageable_share_warning,
-            },
-            fix=FIX,
-            time_at_stake_us=float(np.mean(stake)) if stake else None,
-        )
-    )
-    return out
+    # At stake: the copy time beyond what the same bytes would take at pinned bandwidth, and the blocked CPU.
+    est = copy_us
+    if pin_bw:
+        est = max(copy_us - mean(sel["pageable_h2d_bytes"] + sel["pageable_d2h_bytes"]) / (pin_bw * 1e3), 0.0)
+    return ev, max(est, blocked)
+
+
+def _summary(hits, w, report, config):
+    r0 = w.ev
+    bw = f"{r0.pageable_h2d_gbps:.1f} GB/s" if r0.pageable_h2d_gbps else "n/a"
+    pin = f" vs pinned {r0.pinned_h2d_gbps:.1f} GB/s" if r0.pinned_h2d_gbps else ""
+    title = (f"{(r0.pageable_h2d_bytes_per_step + r0.pageable_d2h_bytes_per_step) / 1e6:.1f} MB/step copied from "
+             f"pageable memory ({bw}{pin}), {100 * r0.share_of_step:.1f} % of the step")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_bytes_per_step=config.pageable_min_bytes_per_step)
+    return ev, title, float(np.mean([h.aux for h in hits]))
+
+
+# --- the claim (accounting.py) -----------------------------------------------------------------------------------
+
+def _pageable_blocked(ra, s) -> np.ndarray:
+    """CPU time per step blocked by pageable copies: their launch calls, and the blocking calls the same ops make
+    (a ``non_blocking=False`` copy is ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``, both under ``aten::copy_``)."""
+    copies, calls = ra.tables.get("pageable_copies"), ra.tables.get("sync_calls")
+    own = per_step(ra, s, "pageable_copies", "runtime_us")
+    if copies is None or not len(copies) or calls is None or not len(calls):
+        return own
+    ops = set(copies["op"].dropna())
+    mine = calls[calls["op"].isin(ops)]
+    return np.maximum(own, np.nan_to_num(s["step"].map(mine.groupby("step")["total_us"].sum()).to_numpy(float)))
+
+
+def _pinned_gbps(ra, config) -> float:
+    s = ra.steps
+    b, t = col(s, "pinned_h2d_bytes").sum(), col(s, "pinned_h2d_time_us").sum()
+    return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
+
+
+def _demands(f, ra, s, config) -> list:
+    n = len(s)
+    copy = col(s, "pageable_h2d_time_us") + col(s, "pageable_d2h_time_us")
+    nbytes = col(s, "pageable_h2d_bytes") + col(s, "pageable_d2h_bytes")
+    pinned = nbytes / (_pinned_gbps(ra, config) * 1e3)
+    blocked = _pageable_blocked(ra, s)
+    sync = col(s, "sync_us")
+    blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
+    # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was blocked in
+    # the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the blocked CPU time:
+    # on a launch-bound step every microsecond the CPU is stuck delays the next launches.
+    return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", col(s, "idle_sync_us") * blocked_share),
+            ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
+
+
+RULE = Rule(
+    id="pageable-memcpy",
+    title="Copies from pageable host memory",
+    needs=Needs(
+        steps=("step", "wall_us"),
+        gpu_steps=("pageable_h2d_bytes", "pageable_h2d_count", "pageable_h2d_time_us", "pageable_d2h_bytes",
+                   "pageable_d2h_count", "pageable_d2h_time_us", "pinned_h2d_bytes", "pinned_h2d_time_us"),
+        tables=("pageable_copies",),
+    ),
+    claim=Claim(order=10, cpu=None, gpu=Custom(
+        _demands, "`copy`: pageable copy time - bytes / pinned bandwidth; `sync`: `idle_sync_us` x (CPU time in the "
+        "pageable copies' calls / `sync_us`); `launch`: the rest of that blocked time beyond a pinned copy")),
+    label="pageable copies",
+    thresholds=("pageable_min_bytes_per_step", "pinned_h2d_gbps_assumed"),
+    evidence=Evidence, fix=Fixed(FIX), check=PerRank(_rank, _summary),
+)

@@ -6,8 +6,7 @@ docs/communication.md for how buckets and rounds are found), per step: how many 
 **Condition** (per rank, on the median step): at least ``small_bucket_min_count`` (8) buckets per round, and at
 least ``small_bucket_share`` (50 %) of them smaller than ``small_bucket_bytes`` (4 MiB). When the trace carries no
 sizes (a gloo run captured without ``record_shapes``), the bucket cap the capture metadata recorded stands in for
-the sizes: it must be below ``small_bucket_bytes``. *critical* when a round has at least 4x
-``small_bucket_min_count`` buckets and (nearly) all of them are small.
+the sizes: it must be below ``small_bucket_bytes``.
 
 Why these numbers: an NCCL all-reduce has a fixed cost of roughly 10-50 us per call (launch, protocol hand-shakes,
 ring/tree set-up), and below a few MiB the nccl-tests bus-bandwidth curves are still climbing: below 4 MiB a call
@@ -38,25 +37,67 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
+from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
 
-ID = "small-buckets"
-TITLE = "Gradients all-reduced in many small DDP buckets"
-NEEDS = Needs(
-    steps=("step", "allreduce_rounds", "bucket_count", "bucket_min_bytes", "bucket_median_bytes", "bucket_max_bytes",
-           "grad_bytes"),
-    tables=("collectives",),
-)
+U = msgspec.UNSET
+Unset = msgspec.UnsetType
+
+
+class RankEvidence(RankHit, kw_only=True):
+    buckets_per_round: int
+    rounds_per_step: int
+    bucket_cap_mb_recorded: float | None  # what the capture recorded of DDP's settings
+    first_bucket_cap_mb_recorded: float | None
+    # from the trace's sizes (medians over the steps), or from the recorded cap where the trace has none
+    bucket_min_bytes: float | Unset = U
+    bucket_median_bytes: float | Unset = U
+    bucket_max_bytes: float | Unset = U
+    grad_bytes_per_round: float | Unset = U
+    small_buckets_per_round: int | Unset = U
+    small_share: float | Unset = U
+    sizes_from: str | Unset = U
+    comm_time_share_below_knee: float | None | Unset = U
+    # the recommendation, where the gradient's size is known
+    recommended_bucket_cap_mb: int | Unset = U
+    calls_per_round_before: int | Unset = U
+    calls_per_round_after: int | Unset = U
+    calls_per_step_before: int | Unset = U
+    calls_per_step_after: int | Unset = U
+    per_call_floor_us: float | None | Unset = U  # the shortest gradient all-reduce
+    time_at_stake_us: float | Unset = U  # the calls saved x the per-call floor
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_min_buckets_per_round: int
+    threshold_small_bucket_bytes: int
+    threshold_small_share: float
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    w = ev.per_rank[0]
+    rec = w.recommended_bucket_cap_mb or None
+    out = ("model = DistributedDataParallel(model, device_ids=[local_rank],\n"
+           f"                                bucket_cap_mb={rec or 25})")
+    if rec:
+        after = w.calls_per_round_after
+        out += (f"\n# {w.calls_per_round_before} -> about {after} all-reduce call{'' if after == 1 else 's'} "
+                f"per backward pass")
+    return out
+
 
 MIB = 1024 * 1024
 NICE_CAPS_MB = (25, 32, 50, 64, 100, 128, 256, 512, 1024)
+# The recommended cap aims at this many buckets per round: 4-8 keep the first all-reduces overlapping the rest of
+# backward while each is large enough to run near bus bandwidth.
+TARGET_BUCKETS = 6
 FIRST_BUCKET_BYTES = 1 * MIB  # DDP's first bucket cap after the rebuild (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 
 
-def recommend_cap_mb(grad_bytes: float, target_buckets: int = 6) -> int:
+def recommend_cap_mb(grad_bytes: float, target_buckets: int = TARGET_BUCKETS) -> int:
     """bucket_cap_mb giving about ``target_buckets`` buckets per round, rounded up to a sensible value, >= 25."""
     want = grad_bytes / max(1, target_buckets) / MIB
     for cap in NICE_CAPS_MB:
@@ -79,7 +120,7 @@ def simulate_buckets(sizes: list[float], cap_bytes: float, first_cap_bytes: floa
     return n + (1 if cur > 0 else 0)
 
 
-def _rank_evidence(ra, config) -> dict | None:
+def _rank_evidence(ra, config, report=None) -> RankEvidence | None:
     s = ra.steps
     need = ("bucket_count", "allreduce_rounds", "grad_bytes", "small_bucket_count")
     if not all(c in s for c in need) or not len(s):
@@ -90,7 +131,6 @@ def _rank_evidence(ra, config) -> dict | None:
     min_count = config.small_bucket_min_count
     small_bytes = config.small_bucket_bytes
     share_min = config.small_bucket_share
-    target = config.small_bucket_target_buckets
     ddp = (ra.metadata or {}).get("ddp") or {}
     cap_mb = ddp.get("bucket_cap_mb")
     count = int(np.median(rows["bucket_count"]))
@@ -149,7 +189,7 @@ def _rank_evidence(ra, config) -> dict | None:
     # Recommendation
     grad = ev.get("grad_bytes_per_round") or (cap_mb * MIB * count if cap_mb else None)
     if grad:
-        rec = recommend_cap_mb(grad, target)
+        rec = recommend_cap_mb(grad)
         pieces = sizes if sizes and all(x > 0 for x in sizes) else [grad / count] * count
         after = simulate_buckets(pieces, rec * MIB)
         ev.update(recommended_bucket_cap_mb=rec, calls_per_round_before=count, calls_per_round_after=after,
@@ -163,41 +203,30 @@ def _rank_evidence(ra, config) -> dict | None:
     ev["per_call_floor_us"] = lat
     if lat is not None and "calls_per_step_after" in ev:
         ev["time_at_stake_us"] = max(0.0, (ev["calls_per_step_before"] - ev["calls_per_step_after"]) * lat)
-    ev["critical"] = count >= 4 * min_count and ev.get("small_share", 0) >= 0.9
-    return ev
+    return RankEvidence(**ev)
 
 
-def check(report, config) -> list[Finding]:
-    per_rank = [e for e in (_rank_evidence(ra, config) for ra in report.ranks) if e]
-    if not per_rank:
-        return []
-    worst = max(per_rank, key=lambda e: e["buckets_per_round"])
-    per_rank.sort(key=lambda e: e is not worst)  # the rank the title names comes first (renderers show it)
-    sev = "critical" if worst.pop("critical") else "warning"
-    for e in per_rank:
-        e.pop("critical", None)
-    med = worst.get("bucket_median_bytes")
-    title = (f"{worst['buckets_per_round']} gradient buckets per round"
-             + (f", median {med / 1024:.0f} KiB" if med else "")
-             + f" (rank {worst['rank']})")
-    rec = worst.get("recommended_bucket_cap_mb")
-    fix = ("model = DistributedDataParallel(model, device_ids=[local_rank],\n"
-           f"                                bucket_cap_mb={rec or 25})")
-    if rec:
-        after = worst["calls_per_round_after"]
-        fix += (f"\n# {worst['calls_per_round_before']} -> about {after} all-reduce call{'' if after == 1 else 's'} "
-                f"per backward pass")
-    return [Finding(
-        id=ID, severity=sev, title=title,
-        ranks=sorted(e["rank"] for e in per_rank),
-        steps=sorted({s for e in per_rank for s in e["steps"]}),
-        evidence={
-            "per_rank": per_rank,
-            "threshold_min_buckets_per_round": config.small_bucket_min_count,
-            "threshold_small_bucket_bytes": config.small_bucket_bytes,
-            "threshold_small_share": config.small_bucket_share,
-            "ddp_default_bucket_cap_bytes": config.ddp_bucket_cap_bytes,
-        },
-        fix=fix,
-        time_at_stake_us=worst.get("time_at_stake_us"),
-    )]
+def _summary(hits, w, report, config):
+    e = w.ev
+    med = e.bucket_median_bytes or None
+    title = (f"{e.buckets_per_round} gradient buckets per round" + (f", median {med / 1024:.0f} KiB" if med else "")
+             + f" (rank {e.rank})")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_min_buckets_per_round=config.small_bucket_min_count,
+                  threshold_small_bucket_bytes=config.small_bucket_bytes,
+                  threshold_small_share=config.small_bucket_share)
+    return ev, title, None if e.time_at_stake_us is U else e.time_at_stake_us
+
+
+RULE = Rule(
+    id="small-buckets",
+    title="Gradients all-reduced in many small DDP buckets",
+    needs=Needs(
+        steps=("step", "allreduce_rounds", "bucket_count", "bucket_min_bytes", "bucket_median_bytes",
+               "bucket_max_bytes", "grad_bytes"),
+        tables=("collectives",),
+    ),
+    claim=Claim(order=60, gpu=Estimate(("comm",)), cpu=Estimate(("comm",))),
+    label="small buckets",
+    thresholds=("small_bucket_min_count", "small_bucket_bytes", "small_bucket_share"),
+    evidence=Evidence, fix=fix, check=PerRank(_rank_evidence, _summary, worst=lambda e: e.buckets_per_round),
+)

@@ -8,11 +8,10 @@ execution record), and the time the other ranks spent waiting inside the collect
 causes at least that share of all the waiting the ranks cause one another (``caused_wait_share``: being last at a
 collective nobody waited long for, e.g. a broadcast issued right after the one everybody waited at, is arrival
 jitter, and with few collectives the count alone turns on it); ranks that take turns being last are noise, not a
-straggler. And the waiting it causes, net of the waiting
-the other ranks cause (mutual waiting cancels out), is at least ``straggler_min_skew_us`` (500 us) per step and
-at least ``straggler_skew_share_warning`` (5 %) of the step (*critical* at ``straggler_skew_share_critical``,
-20 %). Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work
-sets the pace of the whole job: a data-parallel step is as slow as its slowest rank.
+straggler. And the waiting it causes, net of the waiting the other ranks cause (mutual waiting cancels out), is at
+least ``straggler_min_skew_us`` (500 us) per step and at least ``straggler_skew_share_warning`` (5 %) of the step.
+Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work sets the pace of
+the whole job: a data-parallel step is as slow as its slowest rank.
 
 **Why it matters**: the fast ranks' GPUs sit in NCCL kernels (or gloo waits) doing nothing. That time looks like
 communication in their profiles but is waiting: a faster interconnect would not help, fixing the late rank
@@ -25,8 +24,8 @@ per step; the finding states the fraction). Waiting shows up on the other ranks,
 made it late. When no number explains it, the finding says so: the delay is not in the profiled steps (it happened
 before the window, or in work the trace does not record), and the largest difference is listed as not the cause.
 
-**Thin evidence**: fewer than ``MIN_MATCHED`` (10) matched collectives, or fewer than 3 steps: the finding is at most
-a *warning* and says so (``thin_evidence: true``).
+**Thin evidence**: fewer than ``MIN_MATCHED`` (10) matched collectives, or fewer than 3 steps: the finding says so
+(``thin_evidence: true``; the severity scale caps it at *warning*, docs/findings.md).
 
 **Evidence**: the rank, how often last, mean and max arrival skew (us and share of the step), the waiting it
 causes per step, the cause with both sides' numbers, and every candidate compared.
@@ -42,12 +41,11 @@ causes per step, the cause with both sides' numbers, and every candidate compare
 
 from __future__ import annotations
 
-from . import Needs
-from .finding import Finding
+from typing import ClassVar
 
-ID = "straggler"
-TITLE = "One rank holds the others back at every collective"
-NEEDS = Needs()  # reads the cross-rank analysis (report.cross_rank), no per-rank columns
+import msgspec
+
+from ._rule import Claim, Estimate, Needs, Rule, finding
 
 FIXES = {
     "dataloader_us": (
@@ -86,14 +84,51 @@ def _ms_or_us(us: float) -> str:
     return f"{us / 1000:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
 
 
-def check(report, config) -> list[Finding]:
+class Evidence(msgspec.Struct, kw_only=True):
+    FIX_ONLY: ClassVar = ("cpu_only",)
+    rank: int
+    last_count: int
+    matched_collectives: int
+    last_share: float | None
+    caused_wait_share: float | None
+    mean_skew_us: float | None
+    mean_skew_share: float | None
+    max_skew_us: float | None
+    caused_wait_per_step_us: float | None
+    others_caused_wait_per_step_us: float
+    net_wait_per_step_us: float  # what it costs the others, net of what they cost one another
+    share_of_step: float
+    step_wall_us: float
+    cause: dict | None  # the cross-rank analysis' cause, where it explains at least CAUSE_MIN_SHARE of the wait
+    cause_explains_share: float | None
+    largest_difference: dict | None
+    thin_evidence: bool
+    steps_with_collectives: int
+    threshold_cause_share: float
+    threshold_min_matched: int
+    candidates: list
+    unmatched_collectives: int
+    threshold_min_last_share: float
+    threshold_share_warning: float
+    threshold_min_skew_us: float
+    cpu_only: bool = False  # every rank of the run is CPU-only: no GPU advice
+
+
+def fix(ev: Evidence, setup=None) -> str:
+    out = FIXES.get(ev.cause["metric"], GENERIC_FIX) if ev.cause else UNSEEN_FIX
+    if ev.cpu_only:  # no GPU advice on a CPU-only run
+        gpu_only = ",\n                    prefetch_factor=4, pin_memory=True)"
+        out = out.replace(gpu_only, ",\n                    prefetch_factor=4)")
+    return out.format(r=ev.rank)
+
+
+def check(report, config) -> list:
     cr = report.cross_rank or {}
     s = cr.get("straggler")
     if not s:
         return []
     min_last = config.straggler_min_last_share
     warn = config.straggler_skew_share_warning
-    crit = config.straggler_skew_share_critical
     min_us = config.straggler_min_skew_us
     r = s["rank"]
     others = [p for p in cr.get("per_rank", []) if p["rank"] != r]
@@ -106,56 +141,41 @@ def check(report, config) -> list[Finding]:
     steps = sorted({int(c["step"]) for c in cr.get("collectives", []) if c.get("last_rank") == r})
     nsteps = len({int(c["step"]) for c in cr.get("collectives", [])})
     thin = (s.get("matched") or 0) < MIN_MATCHED or nsteps < MIN_STEPS
-    sev = "critical" if share >= crit and not thin else "warning"
     cause = s.get("cause")
     explained = (cause["difference_us"] / net) if cause and net > 0 else None
-    if cause and explained >= CAUSE_MIN_SHARE:
+    named = bool(cause and explained >= CAUSE_MIN_SHARE)
+    if named:
         why = (f": {cause['label']} (+{cause['difference_us'] / 1000:.1f} ms per step vs the others, "
                f"{100 * min(explained, 1.0):.0f} % of the wait)")
-        fix = FIXES.get(cause["metric"], GENERIC_FIX)
     else:
         shown = (f"; the largest difference, {cause['label']} (+{_ms_or_us(cause['difference_us'])}), explains "
                  f"only {100 * max(explained, 0.0):.0f} %" if cause else "")
         why = (shown + "; what delays it is not visible in the profiled steps (it precedes the window or is not "
                "recorded)")
-        fix = UNSEEN_FIX
-    if all(ra.basis == "cpu" for ra in report.ranks):  # no GPU advice on a CPU-only run
-        fix = fix.replace(",\n                    prefetch_factor=4, pin_memory=True)", ",\n                    prefetch_factor=4)")
     title = (f"Rank {r} arrives last at {s['last_count']} of {s['matched']} collectives; the others wait "
              f"{net / 1000:.1f} ms per step ({100 * share:.0f} %){why}"
              + (f" [thin evidence: {s['matched']} matched collectives, {nsteps} steps]" if thin else ""))
-    return [Finding(
-        id=ID, severity=sev, title=title,
-        ranks=[r],
-        steps=steps,
-        evidence={
-            "rank": r,
-            "last_count": s["last_count"],
-            "matched_collectives": s["matched"],
-            "last_share": s.get("last_share"),
-            "caused_wait_share": s.get("caused_wait_share"),
-            "mean_skew_us": s.get("mean_skew_us"),
-            "mean_skew_share": s.get("mean_skew_share"),
-            "max_skew_us": s.get("max_skew_us"),
-            "caused_wait_per_step_us": s.get("caused_wait_per_step_us"),
-            "others_caused_wait_per_step_us": others_caused,
-            "net_wait_per_step_us": net,
-            "share_of_step": share,
-            "step_wall_us": wall,
-            "cause": cause if cause and explained >= CAUSE_MIN_SHARE else None,
-            "cause_explains_share": explained,
-            "largest_difference": cause,
-            "thin_evidence": thin,
-            "steps_with_collectives": nsteps,
-            "threshold_cause_share": CAUSE_MIN_SHARE,
-            "threshold_min_matched": MIN_MATCHED,
-            "candidates": s.get("candidates", []),
-            "unmatched_collectives": cr.get("unmatched_count", 0),
-            "threshold_min_last_share": min_last,
-            "threshold_share_warning": warn,
-            "threshold_share_critical": crit,
-            "threshold_min_skew_us": min_us,
-        },
-        fix=fix.format(r=r),
-        time_at_stake_us=net,
-    )]
+    ev = Evidence(
+        rank=r, last_count=s["last_count"], matched_collectives=s["matched"], last_share=s.get("last_share"),
+        caused_wait_share=s.get("caused_wait_share"), mean_skew_us=s.get("mean_skew_us"),
+        mean_skew_share=s.get("mean_skew_share"), max_skew_us=s.get("max_skew_us"),
+        caused_wait_per_step_us=s.get("caused_wait_per_step_us"), others_caused_wait_per_step_us=others_caused,
+        net_wait_per_step_us=net, share_of_step=share, step_wall_us=wall, cause=cause if named else None,
+        cause_explains_share=explained, largest_difference=cause, thin_evidence=thin,
+        steps_with_collectives=nsteps, threshold_cause_share=CAUSE_MIN_SHARE, threshold_min_matched=MIN_MATCHED,
+        candidates=s.get("candidates", []), unmatched_collectives=cr.get("unmatched_count", 0),
+        threshold_min_last_share=min_last, threshold_share_warning=warn, threshold_min_skew_us=min_us,
+        cpu_only=all(ra.basis == "cpu" for ra in report.ranks),
+    )
+    return [finding(RULE, ev, title=title, ranks=[r], steps=steps, stake=net)]
+
+
+RULE = Rule(
+    id="straggler",
+    title="One rank holds the others back at every collective",
+    needs=Needs(),  # reads the cross-rank analysis (report.cross_rank), no per-rank columns
+    claim=Claim(order=40, gpu=Estimate(("comm",)), cpu=Estimate(("comm",)), other_ranks=True),
+    label="straggler",
+    thresholds=("straggler_min_last_share", "straggler_min_skew_us", "straggler_skew_share_warning"),
+    evidence=Evidence, fix=fix, check=check,
+)

@@ -8,8 +8,8 @@ backward pass; see docs/communication.md.
 **Condition** (per rank): in at least half of the steps, ``allreduce_rounds >= 2`` (with ``backward_passes >= 2``
 when the trace shows the backward passes). No threshold on size: every extra round sends the whole gradient
 again, for nothing; only the last micro-batch's all-reduce is needed, since the gradients of the earlier ones
-accumulate locally in ``.grad`` and are averaged by the last all-reduce. *critical* when the extra rounds' exposed
-time (their tails, which block the next micro-batch) is at least ``comm_exposed_share_critical`` of the step.
+accumulate locally in ``.grad`` and are averaged by the last all-reduce. Its claim is the extra rounds' exposed
+time (their tails, which block the next micro-batch).
 
 **Why it matters**: ``(k - 1) / k`` of the gradient traffic is redundant, and on every micro-batch the backward
 pass ends waiting for its last bucket. ``model.no_sync()`` exists for exactly this: it tells DDP not to reduce,
@@ -34,14 +34,10 @@ exposed tails, and what the capture recorded (``accumulation_steps``, ``no_sync`
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
-from . import Needs
-from .finding import Finding
-
-ID = "sync-every-microstep"
-TITLE = "Gradients all-reduced on every micro-batch (model.no_sync() missing)"
-NEEDS = Needs(steps=("step", "allreduce_rounds", "backward_passes"), tables=("collectives",))
+from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
 
 FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
@@ -54,72 +50,92 @@ FIX = (
 )
 
 
+class RankEvidence(RankHit, kw_only=True):
+    world_size: int | None
+    backward_passes_per_step: int | None
+    allreduce_rounds_per_step: int
+    buckets_per_round: int
+    grad_bytes_per_round: float | None
+    redundant_bytes_per_step: float | None  # (rounds - 1) x the gradient bytes
+    redundant_comm_time_us_per_step: float | None
+    redundant_exposed_us_per_step: float | None  # the extra rounds' tails
+    redundant_exposed_share: float | None
+    accumulation_steps_recorded: int | None  # what the capture recorded
+    no_sync_recorded: bool | None
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_rounds: int
+
+
 def _med(x) -> float | None:
     x = np.asarray(x, float)
     x = x[~np.isnan(x)]
     return float(np.median(x)) if len(x) else None
 
 
-def check(report, config) -> list[Finding]:
-    crit_share = config.comm_exposed_share_critical
-    per_rank = []
-    for ra in report.ranks:
-        s = ra.steps
-        if "allreduce_rounds" not in s or not len(s):
-            continue
-        has_passes = (s["backward_passes"] > 0).any()
-        multi = (s["allreduce_rounds"] >= 2) & ((s["backward_passes"] >= 2) if has_passes else True)
-        if multi.sum() * 2 < len(s) or not multi.any():
-            continue
-        sel = s[multi]
-        rounds = int(np.median(sel["allreduce_rounds"]))
-        tails_extra = (sel["comm_tail_total_us"] - sel["comm_tail_us"]).to_numpy(dtype=float)
-        coll = ra.tables.get("collectives")
-        redundant_time = None
-        if coll is not None and len(coll) and "grad" in coll:
-            g = coll[coll["grad"] & coll["step"].isin(sel["step"])]
-            if len(g) and g["dur_us"].notna().any():
-                last_round = g.groupby("step")["round"].transform("max")
-                redundant_time = float(g.loc[g["round"] != last_round, "dur_us"].sum()) / len(sel)
-        extra_exposed = _med(tails_extra)
-        share = (extra_exposed / float(np.median(sel["wall_us"]))) if extra_exposed is not None else None
-        meta = ra.metadata or {}
-        world = ra.world_size or report.world_size
-        per_rank.append({
-            "rank": ra.rank,
-            "world_size": world,
-            "steps": [int(x) for x in sel["step"]],
-            "backward_passes_per_step": int(np.median(sel["backward_passes"])) if has_passes else None,
-            "allreduce_rounds_per_step": rounds,
-            "buckets_per_round": int(np.median(sel["bucket_count"])),
-            "grad_bytes_per_round": _med(sel["grad_bytes"]),
-            "redundant_bytes_per_step": _med(sel["redundant_grad_bytes"]),
-            "redundant_comm_time_us_per_step": redundant_time,
-            "redundant_exposed_us_per_step": extra_exposed,
-            "redundant_exposed_share": share,
-            "accumulation_steps_recorded": meta.get("accumulation_steps"),
-            "no_sync_recorded": meta.get("no_sync"),
-        })
-    if not per_rank:
-        return []
-    worst = max(per_rank, key=lambda e: (e["redundant_exposed_us_per_step"] or 0.0, e["allreduce_rounds_per_step"]))
-    per_rank.sort(key=lambda e: e is not worst)  # the rank the title names comes first (renderers show it)
-    sev = "critical" if (worst["redundant_exposed_share"] or 0.0) >= crit_share else "warning"
-    k = worst["allreduce_rounds_per_step"]
-    b = worst["redundant_bytes_per_step"]
-    if worst["world_size"] == 1:
+def _rank(ra, config, report):
+    s = ra.steps
+    if "allreduce_rounds" not in s or not len(s):
+        return None
+    has_passes = (s["backward_passes"] > 0).any()
+    multi = (s["allreduce_rounds"] >= 2) & ((s["backward_passes"] >= 2) if has_passes else True)
+    if multi.sum() * 2 < len(s) or not multi.any():
+        return None
+    sel = s[multi]
+    tails_extra = (sel["comm_tail_total_us"] - sel["comm_tail_us"]).to_numpy(dtype=float)
+    coll = ra.tables.get("collectives")
+    redundant_time = None
+    if coll is not None and len(coll) and "grad" in coll:
+        g = coll[coll["grad"] & coll["step"].isin(sel["step"])]
+        if len(g) and g["dur_us"].notna().any():
+            last_round = g.groupby("step")["round"].transform("max")
+            redundant_time = float(g.loc[g["round"] != last_round, "dur_us"].sum()) / len(sel)
+    extra_exposed = _med(tails_extra)
+    meta = ra.metadata or {}
+    return RankEvidence(
+        rank=ra.rank,
+        world_size=ra.world_size or report.world_size,
+        steps=[int(x) for x in sel["step"]],
+        backward_passes_per_step=int(np.median(sel["backward_passes"])) if has_passes else None,
+        allreduce_rounds_per_step=int(np.median(sel["allreduce_rounds"])),
+        buckets_per_round=int(np.median(sel["bucket_count"])),
+        grad_bytes_per_round=_med(sel["grad_bytes"]),
+        redundant_bytes_per_step=_med(sel["redundant_grad_bytes"]),
+        redundant_comm_time_us_per_step=redundant_time,
+        redundant_exposed_us_per_step=extra_exposed,
+        redundant_exposed_share=(extra_exposed / float(np.median(sel["wall_us"])))
+        if extra_exposed is not None else None,
+        accumulation_steps_recorded=meta.get("accumulation_steps"),
+        no_sync_recorded=meta.get("no_sync"),
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    k, b = e.allreduce_rounds_per_step, e.redundant_bytes_per_step
+    if e.world_size == 1:
         # One process: the all-reduces send nothing (NCCL launches no kernel); DDP's bucket work remains.
         what = (f" (world size 1: nothing is sent, but DDP still runs {k - 1} extra bucket rounds"
                 + (f" over {b / 1e6:.1f} MB of gradients" if b else "") + " per step)")
     else:
         what = f" ({b / 1e6:.1f} MB per step sent for nothing)" if b else ""
-    title = f"Gradients are all-reduced {k} times per optimizer step instead of once{what} (rank {worst['rank']})"
-    return [Finding(
-        id=ID, severity=sev, title=title,
-        ranks=sorted(e["rank"] for e in per_rank),
-        steps=sorted({s for e in per_rank for s in e["steps"]}),
-        evidence={"per_rank": per_rank, "threshold_rounds": 2,
-                  "threshold_exposed_share_critical": crit_share},
-        fix=FIX,
-        time_at_stake_us=worst["redundant_exposed_us_per_step"],
-    )]
+    title = f"Gradients are all-reduced {k} times per optimizer step instead of once{what} (rank {e.rank})"
+    return Evidence(per_rank=[h.ev for h in hits], threshold_rounds=2), title, e.redundant_exposed_us_per_step
+
+
+def _costliest(e: RankEvidence) -> tuple:
+    return e.redundant_exposed_us_per_step or 0.0, e.allreduce_rounds_per_step
+
+
+RULE = Rule(
+    id="sync-every-microstep",
+    title="Gradients all-reduced on every micro-batch (model.no_sync() missing)",
+    needs=Needs(steps=("step", "allreduce_rounds", "backward_passes"), tables=("collectives",)),
+    claim=Claim(order=50, gpu=Estimate(("comm",)), cpu=Estimate(("comm",)),
+                estimate_key="redundant_exposed_us_per_step"),
+    label="all-reduce every micro-batch",
+    thresholds=(),
+    evidence=Evidence, fix=Fixed(FIX), check=PerRank(_rank, _summary, worst=_costliest),
+)

@@ -8,9 +8,9 @@ time (the kernel name says ``align1`` / ``align2``, see docs/rules-precision.md)
 family, and pads the tiles; NVIDIA's performance guide asks for multiples of 8 (16-bit), 64 being better still.
 
 **Condition**: misaligned GEMMs take at least ``tc_alignment_share`` (10 %) of the rank's 16-bit GEMM kernel
-time. Severity: *warning* when kernels with narrow loads (``align1`` / ``align2`` / ``align4`` in the name) run
-at least ``tc_alignment_narrow_share`` (10 %) of that time, *info* otherwise (the dimensions are off but the
-library still found full-width kernels, so the gain is small). GEMMs with a dimension below 8 (a 2-class head,
+time. Its claim is half the time of the kernels with narrow loads (``align1`` / ``align2`` / ``align4`` in the name;
+where the library still found full-width kernels the gain is small), and its severity comes from that claim
+(docs/findings.md). GEMMs with a dimension below 8 (a 2-class head,
 a matrix-vector product) are left out of both times: they are bound by memory, not by tensor cores, and
 padding them gains nothing.
 
@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import re
 
-from . import Needs
-from .finding import Finding
+import msgspec
 
-ID = "tensor-core-alignment"
-TITLE = "16-bit GEMMs with dimensions not multiple of 8"
-NEEDS = Needs(tables=("gemm_shapes",))
+from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._util import shown
 
 FIX = (
     "vocab = (vocab + 63) // 64 * 64          # pad embedding / output sizes\n"
@@ -46,69 +44,73 @@ SAVING = 0.5
 MIN_DIM = 8
 
 
+class RankEvidence(RankHit, kw_only=True):
+    misaligned_us_per_step: float
+    gemm16_us_per_step: float
+    misaligned_share: float
+    narrow_kernel_share: float
+    narrow_kernel_us_per_step: float
+    shapes: list[dict]  # op, precision, batch, m, n, k, count_per_step, us_per_step, kernel (8 at most)
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    per_rank: list[RankEvidence]
+    threshold_share: float
+
+
 def _narrow(kernel: str) -> bool:
     m = _ALIGN.findall(str(kernel))
     return bool(m) and min(int(x) for x in m) < 8
 
 
-def check(report, config) -> list[Finding]:
-    share_min = config.tc_alignment_share
-    narrow_min = config.tc_alignment_narrow_share
-    per_rank, ranks, steps = [], [], set()
-    sev = "info"
-    for ra in report.ranks:
-        shapes = ra.tables.get("gemm_shapes")
-        if ra.basis != "gpu" or shapes is None or not len(shapes):
-            continue
-        # Skinny GEMMs (a dimension below 8, e.g. a 2-class head) are matrix-vector work bound by memory: no
-        # tensor-core tile to fill, nothing to gain from padding.
-        g16 = shapes[shapes["precision"].isin(["bf16", "fp16"])
-                     & (shapes[["m", "n", "k"]].min(axis=1) >= MIN_DIM)]
-        total = float(g16["total_us"].sum())
-        if total <= 0:
-            continue
-        bad = g16[~g16["aligned8"].astype(bool)]
-        bad_us = float(bad["total_us"].sum())
-        share = bad_us / total
-        if share < share_min:
-            continue
-        narrow_us = float(bad.loc[bad["kernel"].map(_narrow), "total_us"].sum())
-        narrow = narrow_us / total
-        if narrow >= narrow_min:
-            sev = "warning"
-        nsteps = max(len(ra.steps), 1)
-        agg = (bad.groupby(["op", "precision", "batch", "m", "n", "k"])
-               .agg(count=("count", "sum"), total_us=("total_us", "sum"),
-                    kernel=("kernel", lambda x: x.iloc[0]))
-               .reset_index().sort_values("total_us", ascending=False).head(8))
-        per_rank.append({
-            "rank": ra.rank,
-            "steps": sorted(int(x) for x in bad["step"].unique()),
-            "misaligned_us_per_step": bad_us / nsteps,
-            "gemm16_us_per_step": total / nsteps,
-            "misaligned_share": share,
-            "narrow_kernel_share": narrow,
-            "narrow_kernel_us_per_step": narrow_us / nsteps,
-            "shapes": [{"op": r["op"], "precision": r["precision"], "batch": int(r["batch"]), "m": int(r["m"]),
-                        "n": int(r["n"]), "k": int(r["k"]), "count_per_step": float(r["count"]) / nsteps,
-                        "us_per_step": float(r["total_us"]) / nsteps, "kernel": r["kernel"]}
-                       for _, r in agg.iterrows()],
-        })
-        ranks.append(ra.rank)
-        steps.update(per_rank[-1]["steps"])
-    if not per_rank:
-        return []
-    r0 = max(per_rank, key=lambda r: r["misaligned_us_per_step"])
-    per_rank.sort(key=lambda e: e is not r0)  # the rank the title names comes first (renderers show it)
-    top = r0["shapes"][0]
-    return [Finding(
-        id=ID,
-        severity=sev,
-        title=(f"{100 * r0['misaligned_share']:.0f} % of 16-bit GEMM time has dims not multiple of 8 "
-               f"(rank {r0['rank']}; largest {top['op']} M={top['m']} N={top['n']} K={top['k']})"),
-        ranks=sorted(ranks),
-        steps=sorted(steps),
-        evidence={"per_rank": per_rank, "threshold_share": share_min, "threshold_narrow_share": narrow_min},
-        fix=FIX,
-        time_at_stake_us=max(r["narrow_kernel_us_per_step"] for r in per_rank) * SAVING,
-    )]
+def _rank(ra, config, report):
+    shapes = ra.tables.get("gemm_shapes")
+    if ra.basis != "gpu" or shapes is None or not len(shapes):
+        return None
+    # Skinny GEMMs (a dimension below 8, e.g. a 2-class head) are matrix-vector work bound by memory: no
+    # tensor-core tile to fill, nothing to gain from padding.
+    g16 = shapes[shapes["precision"].isin(["bf16", "fp16"]) & (shapes[["m", "n", "k"]].min(axis=1) >= MIN_DIM)]
+    total = float(g16["total_us"].sum())
+    if total <= 0:
+        return None
+    bad = g16[~g16["aligned8"].astype(bool)]
+    bad_us = float(bad["total_us"].sum())
+    if bad_us / total < config.tc_alignment_share:
+        return None
+    narrow_us = float(bad.loc[bad["kernel"].map(_narrow), "total_us"].sum())
+    nsteps = max(len(ra.steps), 1)
+    agg = (bad.groupby(["op", "precision", "batch", "m", "n", "k"])
+           .agg(count=("count", "sum"), total_us=("total_us", "sum"), kernel=("kernel", lambda x: x.iloc[0]))
+           .reset_index().sort_values("total_us", ascending=False).head(8))
+    return RankEvidence(
+        rank=ra.rank,
+        steps=sorted(int(x) for x in bad["step"].unique()),
+        misaligned_us_per_step=bad_us / nsteps,
+        gemm16_us_per_step=total / nsteps,
+        misaligned_share=bad_us / total,
+        narrow_kernel_share=narrow_us / total,
+        narrow_kernel_us_per_step=narrow_us / nsteps,
+        shapes=[{"op": r["op"], "precision": r["precision"], "batch": int(r["batch"]), "m": int(r["m"]),
+                 "n": int(r["n"]), "k": int(r["k"]), "count_per_step": float(r["count"]) / nsteps,
+                 "us_per_step": float(r["total_us"]) / nsteps, "kernel": r["kernel"]} for _, r in agg.iterrows()],
+    )
+
+
+def _summary(hits, w, report, config):
+    e = w.ev
+    top = e.shapes[0]
+    title = (f"{100 * e.misaligned_share:.0f} % of 16-bit GEMM time has dims not multiple of 8 "
+             f"(rank {e.rank}; largest {shown(top['op'])} M={top['m']} N={top['n']} K={top['k']})")
+    ev = Evidence(per_rank=[h.ev for h in hits], threshold_share=config.tc_alignment_share)
+    return ev, title, max(h.ev.narrow_kernel_us_per_step for h in hits) * SAVING
+
+
+RULE = Rule(
+    id="tensor-core-alignment",
+    title="16-bit GEMMs with dimensions not multiple of 8",
+    needs=Needs(tables=("gemm_shapes",)),
+    claim=Claim(order=90, gpu=Estimate(("compute",)), cpu=None),
+    label="misaligned GEMMs",
+    thresholds=("tc_alignment_share",),
+    evidence=Evidence, fix=Fixed(FIX), check=PerRank(_rank, _summary, worst=lambda e: e.misaligned_us_per_step),
+)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..config import DEFAULT
 from . import meta as M
 from .decode import NUM_COLS, RAW_COLS, STR_COLS
 from .files import FileResult
@@ -62,7 +63,8 @@ def group_results(results: list[FileResult]) -> list[tuple[int, list[FileResult]
     return sorted(by_rank.items())
 
 
-def assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrace], list[Skipped]]:
+def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAULT.max_world_size
+             ) -> tuple[list[RankTrace], list[Skipped]]:
     """One RankTrace per (rank, files); several files of one rank are successive active windows."""
     import pandas as pd
 
@@ -104,13 +106,13 @@ def assemble(groups: list[tuple[int, list[FileResult]]]) -> tuple[list[RankTrace
         ranks.append(
             RankTrace(
                 rank=r,
-                world_size=M.world_of(first.meta),
+                world_size=M.world_of(first.meta, max_world),
                 files=[f.path for f in frs_used],
                 events=events,
                 base_ns=base,
                 device_name=name,
                 compute_capability=cc,
-                distributed=M.distributed(first.meta),
+                distributed=M.distributed(first.meta, max_world),
                 metadata=M.capture_meta(first.meta),
                 windows=len(frs_used),
             )

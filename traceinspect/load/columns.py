@@ -262,6 +262,7 @@ def _finish(out: dict, args: list) -> dict:
         else:
             out[col] = None
     _drop_impossible_times(out)
+    _drop_impossible_steps(out)
     return out
 
 
@@ -274,14 +275,28 @@ def _objects(values: list) -> np.ndarray:
 
 # Microseconds beyond any clock a trace uses (the Unix epoch reaches 1.8e15 us in 2027): a damaged value.
 _MAX_US = 1e17
+# Step numbers beyond this are no profiler's count (2^53, what a float holds exactly: 285 years of 1 us steps);
+# the digits are not even read past 16 (a step name of a MB of digits costs nothing).
+MAX_STEP = 1 << 53
+_STEP_NUMBER = re.compile(r"ProfilerStep#(\d{1,16})")
+
+
+def step_number(name) -> int | None:
+    """N of a ``ProfilerStep#N`` name when N is a step number a profiler can write (see ``MAX_STEP``), else None."""
+    m = _STEP_NUMBER.fullmatch(name) if isinstance(name, str) else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_STEP else None
 
 
 def _drop_impossible_times(out: dict) -> None:
     """Events whose ts or dur is not a time (NaN, infinite, negative duration, beyond any clock) are dropped."""
     ts, dur = out["ts"], out["dur"]
     ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < _MAX_US) & (dur < _MAX_US)
-    if ok.all():
-        return
+    if not ok.all():
+        _keep(out, ok)
+
+
+def _keep(out: dict, ok: np.ndarray) -> None:
+    """Only the rows where ``ok``."""
     for col in NUM_COLS:
         out[col] = out[col][ok]
     for col in STR_COLS:
@@ -291,6 +306,21 @@ def _drop_impossible_times(out: dict) -> None:
         if out[col] is not None:
             out[col] = out[col][ok]
     out["n"] = int(ok.sum())
+
+
+def _drop_impossible_steps(out: dict) -> None:
+    """``ProfilerStep#N`` events whose N no profiler writes (``MAX_STEP``) are dropped, their name with them, so
+    that nothing downstream reads a step number that does not fit an integer column."""
+    codes, table = out["name"]
+    bad = [i for i, t in enumerate(table) if isinstance(t, str) and _STEP_NAME.match(t) and step_number(t) is None]
+    if not bad:
+        return
+    _keep(out, ~np.isin(codes, bad))
+    codes, table = out["name"]
+    kept = np.setdiff1d(np.arange(len(table)), bad)
+    remap = np.full(len(table) + 1, -1, np.int32)
+    remap[kept] = np.arange(len(kept), dtype=np.int32)
+    out["name"] = (remap[codes], [table[i] for i in kept])  # code -1 picks the trailing -1
 
 
 def _old_steps_as_annotations(out: dict) -> None:

@@ -10,6 +10,7 @@ decoded whole with the same typed decoder.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Union
 
@@ -18,8 +19,10 @@ import msgspec
 from ..errors import TraceFileError
 from .columns import NUM_COLS, RAW_COLS, STR_COLS, columns_from_events, columns_from_tagged  # noqa: F401
 from .compressed import _first_line, iter_bytes  # noqa: F401 - iter_bytes is part of this module's interface
+from .limits import DEFAULT_LIMITS, Limits
 from .layout import (PIECE_BYTES, _EVENTS_KEY, Layout, _detect_layout, _split_whole, decode_meta,  # noqa: F401
-                     plan_ranges, read_pieces)  # (the file's layout and pieces: part of this module's interface)
+                     plan_ranges, python_json, read_pieces)  # (the file's layout and pieces: this module's interface)
+from .layout import TOO_DEEP, one_events_array
 
 
 _INT_MISSING = -1
@@ -113,11 +116,22 @@ def decode_piece(piece: bytes) -> dict:
 
 def decode_array(data: bytes) -> dict:
     """Decode a JSON array of events into columns: tagged by phase and typed, else typed, else loosely typed, else
-    one event at a time (each a slower path for files that the faster one cannot take)."""
+    one event at a time (each a slower path for files that the faster one cannot take). Text nested too deeply
+    raises ``msgspec.DecodeError`` saying so; ``NaN`` and ``Infinity`` (which Python's ``json.dumps`` writes for
+    non-finite floats) are read by the standard library in pieces of bounded size (``_decode_python``)."""
+    try:
+        return _decode_array(data)
+    except RecursionError:
+        raise msgspec.DecodeError(TOO_DEEP) from None
+
+
+def _decode_array(data) -> dict:
     try:
         return columns_from_tagged(_TAGGED.decode(data))
     except msgspec.ValidationError:
         pass
+    except msgspec.DecodeError as exc:
+        return _decode_python(data, exc)
     try:
         return columns_from_events(_STRICT.decode(data))
     except msgspec.ValidationError:
@@ -142,31 +156,75 @@ def decode_array(data: bytes) -> dict:
     return columns_from_events(events, loose=True)
 
 
+def _decode_python(data, exc: msgspec.DecodeError) -> dict:
+    """Events msgspec refuses as malformed JSON but Python's reader takes (``layout.python_json``: ``NaN`` /
+    ``Infinity`` literals); anything else malformed raises msgspec's error ``exc``."""
+    events = python_json(data)
+    if not isinstance(events, list):
+        raise exc
+    return python_events(events)
+
+
+def python_events(events: list) -> dict:
+    """Columns of events read by Python's reader. Each event is converted alone, so one of an odd shape loses only
+    itself; non-finite times are then dropped like any impossible time (load/columns.py)."""
+    out = []
+    for e in events:
+        args = e.get("args") if isinstance(e, dict) else None
+        for _, key in RAW_ARG_FIELDS if isinstance(args, dict) else ():
+            if key in args:  # kept as JSON text, as msgspec keeps them
+                args[key] = msgspec.Raw(json.dumps(args[key], separators=(",", ":")).encode())
+        try:
+            out.append(msgspec.convert(e, LooseEvent))
+        except msgspec.ValidationError:
+            try:
+                ev = msgspec.convert(e, _NoArgsEvent)
+            except msgspec.ValidationError:
+                continue
+            out.append(LooseEvent(ph=ev.ph, cat=ev.cat, name=ev.name, pid=ev.pid, tid=ev.tid, ts=ev.ts, dur=ev.dur))
+    return columns_from_events(out, loose=True)
+
+
 def meta_events(events_json: bytes) -> list[_MetaEvent]:
     return [e for e in msgspec.json.decode(events_json, type=list[_MetaEvent]) if e.ph == "M"]
 
 
-def decode_whole(path: str) -> tuple[dict, dict, int]:
-    """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes)."""
-    data = b"".join(iter_bytes(path))
+def decode_whole(path: str, *, limits: Limits = DEFAULT_LIMITS) -> tuple[dict, dict, int]:
+    """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes).
+
+    The text is held once (the events are decoded where they lie in it, not copied out): a plain file costs its
+    size, a compressed one at most its inflate cap (``limits``)."""
+    data = b"".join(iter_bytes(path, limits=limits))
     text = data.lstrip()
     if not text:
         raise TraceFileError(path, "empty file")
     if text[:1] not in (b"{", b"["):
         raise TraceFileError(path, "not JSON (does not start with '{' or '[')")
+    if text[:1] == b"{":
+        one_events_array(text, path)
     try:
         if text[:1] == b"[":
-            return decode_array(text), {}, len(data)
+            return decode_array(text), {}, len(data)  # NaN and too deep: see decode_array
         parts = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+    except RecursionError:
+        raise TraceFileError(path, TOO_DEEP) from None
     except msgspec.DecodeError as exc:
-        raise TraceFileError(path, f"invalid or truncated JSON ({_first_line(exc)})") from None
+        doc = python_json(text)
+        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+            raise TraceFileError(path, f"invalid or truncated JSON ({_first_line(exc)})") from None
+        events = doc.pop("traceEvents")
+        return python_events(events), doc, len(data)
+    size = len(data)
+    del data, text  # the events' Raw keeps the text alive; nothing else needs it
     events = parts.pop("traceEvents", None)
     if events is None:
         raise TraceFileError(path, "not a Chrome trace (no 'traceEvents' array)")
-    if not bytes(events).lstrip().startswith(b"["):
+    with memoryview(events) as view:  # a Raw value starts at its first byte: no copy to look at it
+        first = bytes(view[:1])
+    if first != b"[":
         raise TraceFileError(path, "not a Chrome trace ('traceEvents' is not an array)")
     meta = {k: msgspec.json.decode(v) for k, v in parts.items()}
-    return decode_array(bytes(events)), meta, len(data)
+    return decode_array(events), meta, size
 
 
 # --------------------------------------------------------------------------------------------------------------

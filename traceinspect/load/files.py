@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import TraceFileError
 from . import prefetch
+from .limits import DEFAULT_LIMITS, FinalFileError, Limits
 from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
 from .services import IN_PROCESS, FileResult, ProgressFn, Workers
@@ -48,28 +49,31 @@ def _concat_pieces(pieces: list[dict]) -> dict:
 
 
 def decode_file(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
-                workers: int = 1) -> FileResult:
+                workers: int = 1, limits: Limits = DEFAULT_LIMITS) -> FileResult:
     """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` of
     ``workers`` processes when given), or, when the file is laid out otherwise (any other valid JSON), decoded
     whole, with the same result."""
     try:
-        return _decode_cut(path, pool, progress, workers)
+        return _decode_cut(path, pool, progress, workers, limits)
+    except FinalFileError:  # past a limit (load/limits.py): reading it whole would not get further
+        raise
     except (TraceFileError, ValueError, TypeError) as first:
         try:
-            cols, meta, nbytes = decode_whole(path)
+            cols, meta, nbytes = decode_whole(path, limits=limits)
         except TraceFileError as second:
             raise (first if isinstance(first, TraceFileError) else second) from None
         return FileResult(path=path, meta=meta, columns=cols, nbytes=nbytes)
 
 
-def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, workers: int) -> FileResult:
+def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, workers: int,
+                limits: Limits = DEFAULT_LIMITS) -> FileResult:
     started = prefetch.take(path)
     if started is not None:  # its pieces are being decoded already (load/prefetch.py)
         return _decode_planned(path, started[0], None, progress, started[1])
-    plan = plan_ranges(path)
+    plan = plan_ranges(path, limits=limits)
     if plan is not None:
         return _decode_planned(path, plan, pool, progress)
-    pieces_iter, info = read_pieces(path)
+    pieces_iter, info = read_pieces(path, limits=limits)
     results: list = []
     inflight: list[Future] = []
     limit = 2 * (workers if pool is not None else 1)
@@ -119,10 +123,10 @@ def _short(exc: Exception) -> str:
 
 
 def _decode_file_task(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
-                      workers: int = 1) -> FileResult | TraceFileError:
+                      workers: int = 1, limits: Limits = DEFAULT_LIMITS) -> FileResult | TraceFileError:
     """Decode one file; every failure becomes a TraceFileError value naming the file (never a crash)."""
     try:
-        return decode_file(path, pool, progress, workers)
+        return decode_file(path, pool, progress, workers, limits)
     except TraceFileError as exc:
         return exc
     except MemoryError:
@@ -133,19 +137,20 @@ def _decode_file_task(path: str, pool: Executor | None = None, progress: Progres
         return TraceFileError(path, f"could not be decoded ({type(exc).__name__}: {_short(exc)})")
 
 
-def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: ProgressFn | None = None) -> list:
+def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: ProgressFn | None = None,
+                 limits: Limits = DEFAULT_LIMITS) -> list:
     """Decode many files, in parallel on ``workers``; a FileResult or TraceFileError per path (in input order)."""
     n = workers.count
     if not paths:
         return []
     if n <= 1:
-        return [_decode_file_task(p, None, progress) for p in paths]
+        return [_decode_file_task(p, None, progress, 1, limits) for p in paths]
     sizes = [os.path.getsize(p) for p in paths]
     out: list = [None] * len(paths)
     with workers.pool(n) as pool:
         if len(paths) >= n:
             # Enough files to keep every core busy: one file per worker task.
-            futs = {pool.submit(_decode_file_task, p): i for i, p in enumerate(paths)}
+            futs = {pool.submit(_decode_file_task, p, None, None, 1, limits): i for i, p in enumerate(paths)}
             for fut, i in futs.items():
                 out[i] = fut.result()
                 if progress:
@@ -153,5 +158,5 @@ def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: Prog
         else:
             # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
             for i, p in enumerate(paths):
-                out[i] = _decode_file_task(p, pool, progress, n)
+                out[i] = _decode_file_task(p, pool, progress, n, limits)
     return out

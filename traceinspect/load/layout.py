@@ -8,6 +8,7 @@ it whole (``decode.decode_whole``), with the same result.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Iterator
@@ -16,6 +17,7 @@ import msgspec
 
 from ..errors import TraceFileError
 from .compressed import iter_bytes
+from .limits import DEFAULT_LIMITS, FinalFileError, Limits, mb
 
 PIECE_BYTES = 8 << 20  # decoded JSON per piece handed to a decoder (small pieces keep workers small)
 
@@ -63,18 +65,49 @@ def _detect_layout(buf: bytes, path: str) -> tuple[Layout, int] | None:
     return Layout(header, None, None), start
 
 
-def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[bytes], dict]:
+TOO_DEEP = "JSON nested too deeply to read (past the interpreter's recursion limit, about 1000 levels)"
+_NON_FINITE = re.compile(rb"\bNaN\b|\bInfinity\b")
+PYTHON_BYTES = 4 * PIECE_BYTES  # text read by the standard library at most: its objects take ~10x the text
+
+
+def python_json(text):
+    """Text msgspec refuses that Python's reader takes, read by it: JSON with ``NaN`` / ``Infinity`` literals,
+    which ``json.dumps`` writes for non-finite floats; None for anything else (or text above ``PYTHON_BYTES``)."""
+    with memoryview(text) as view:
+        if view.nbytes > PYTHON_BYTES:
+            return None
+    raw = bytes(text)
+    if not _NON_FINITE.search(raw):
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def one_events_array(text, path: str) -> None:
+    """A document with the ``traceEvents`` key twice is refused: JSON readers keep the last, a reader that cuts
+    the file the first, so which events are meant is unknown (keys elsewhere repeated: the last wins)."""
+    found = _EVENTS_KEY.finditer(text)
+    if next(found, None) is not None and next(found, None) is not None:
+        raise TraceFileError(path, "the 'traceEvents' key appears twice: which array holds the events is unknown")
+
+
+def read_pieces(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = DEFAULT_LIMITS
+                ) -> tuple[Iterator[bytes], dict]:
     """Stream a trace file as event pieces.
 
     Returns an iterator of pieces (each a comma-separated run of whole events) and a dict that is filled, once the
     iterator is exhausted, with ``header``/``trailer`` bytes (the object around the array) and ``bytes`` (total
-    decompressed size). Layouts we cannot cut are yielded as one piece.
+    decompressed size). Layouts we cannot cut are yielded as one piece. Once a piece was cut, text that runs on
+    for ``limits.event_bytes`` without an event boundary stops the file (``FinalFileError``): no event is that
+    long, and holding it would cost memory without bound.
     """
     info: dict = {"header": b"", "trailer": b"", "bytes": 0}
 
     def gen() -> Iterator[bytes]:
-        blocks = iter_bytes(path)
-        buf = b""
+        blocks = iter_bytes(path, limits=limits)
+        buf = bytearray()  # grows in place: appending is amortised, not a copy of everything read so far
         layout = None
         for block in blocks:
             info["bytes"] += len(block)
@@ -83,7 +116,7 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[byt
             if found is not None:
                 layout, start = found
                 info["header"] = layout.header
-                buf = buf[start:]
+                del buf[:start]
                 break
             if len(buf) > (64 << 20):
                 raise TraceFileError(path, "no 'traceEvents' array in the first 64 MB: not a Chrome trace")
@@ -95,23 +128,32 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES) -> tuple[Iterator[byt
             for block in blocks:
                 info["bytes"] += len(block)
                 buf += block
-            events, trailer = _split_whole(layout.header, buf, path)
+            events, trailer = _split_whole(layout.header, bytes(buf), path)
             info["trailer"] = trailer
             if events.strip():
                 yield events
             return
         marker = layout.marker
+        searched = 0  # the bytes of buf already searched for a boundary (less the marker's length)
         for block in blocks:
             info["bytes"] += len(block)
             buf += block
             if len(buf) >= piece_bytes:
-                cut = buf.rfind(marker)
+                cut = buf.rfind(marker, searched)
                 if cut > 0:
                     end = cut + len(marker) - 1  # index of the "," after the event's "}"
                     info["yielded"] = True
-                    yield buf[:end]
-                    buf = buf[end + 1 :]
+                    yield bytes(buf[:end])
+                    del buf[: end + 1]
+                    searched = 0
+                else:
+                    searched = max(0, len(buf) - len(marker))
+                    if info.get("yielded") and len(buf) > limits.event_bytes:
+                        raise FinalFileError(path, f"{mb(len(buf))} of text without an event boundary after byte "
+                                                   f"{info['bytes'] - len(buf):,} (limit max_event_bytes, "
+                                                   "docs/folders.md)")
         # The rest holds the last events, the array's "]" and the object's trailing keys.
+        buf = bytes(buf)
         last = buf.rfind(marker)
         m = layout.close.search(buf, max(last, 0))
         if m is None:
@@ -142,6 +184,8 @@ def _split_whole(header: bytes, rest: bytes, path: str) -> tuple[bytes, bytes]:
             raw = msgspec.json.decode(b"[" + rest, type=msgspec.Raw)
             return bytes(raw).strip()[1:-1], b""
         parts = msgspec.json.decode(header + b"[" + rest, type=dict[str, msgspec.Raw])
+    except RecursionError:
+        raise TraceFileError(path, TOO_DEEP) from None
     except msgspec.DecodeError as exc:
         raise TraceFileError(path, f"invalid or truncated JSON ({exc})") from None
     events = bytes(parts.pop("traceEvents")).strip()[1:-1]
@@ -155,18 +199,28 @@ def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
     """The trace object's own keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...)."""
     if not header:
         return {}
+    text = header + b"[]" + trailer
+    one_events_array(text, path)
     try:
-        meta = msgspec.json.decode(header + b"[]" + trailer)
+        meta = msgspec.json.decode(text)
+    except RecursionError:
+        raise TraceFileError(path, TOO_DEEP) from None
     except msgspec.DecodeError:
-        raise TraceFileError(path, "truncated or invalid JSON after the traceEvents array") from None
+        meta = python_json(text)
+        if meta is None:
+            raise TraceFileError(path, "truncated or invalid JSON after the traceEvents array") from None
     if not isinstance(meta, dict):
         raise TraceFileError(path, "not a Chrome trace object")
     meta.pop("traceEvents", None)
     return meta
 
 
-def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
-    """Header, trailer and event byte ranges of a plain Kineto file; None when it is gzip or not cuttable."""
+def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = DEFAULT_LIMITS) -> dict | None:
+    """Header, trailer and event byte ranges of a plain Kineto file; None when it is gzip or not cuttable.
+
+    Event boundaries are looked for at most ``limits.event_bytes`` away from where one is expected (the array's
+    end, the next piece's end): where there is none (a damaged or sparse file) the streaming reader says why,
+    without this scan having read (and mapped) the whole file."""
     import mmap
 
     with open(path, "rb") as f:
@@ -184,7 +238,9 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
                 return None
             layout, start = found
             marker = layout.marker
-            last = mm.rfind(marker)
+            last = mm.rfind(marker, max(start, size - limits.event_bytes))
+            if last < 0 and size - start > limits.event_bytes:
+                return None
             tail_from = max(last, start)
             m = layout.close.search(mm[tail_from:])
             if m is None:
@@ -200,8 +256,11 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES) -> dict | None:
                     break
                 cut = mm.rfind(marker, pos, target)
                 if cut <= pos:
-                    cut = mm.find(marker, target, events_end)
+                    far = min(events_end, target + limits.event_bytes)
+                    cut = mm.find(marker, target, far)
                     if cut < 0:
+                        if far < events_end:
+                            return None  # no boundary for longer than any event: the streaming reader says why
                         ranges.append((pos, events_end))
                         break
                 end = cut + len(marker) - 1  # index of the "," after the event's "}"

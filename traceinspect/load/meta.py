@@ -11,6 +11,8 @@ import math
 import re
 from pathlib import Path
 
+from ..config import DEFAULT
+
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
 # Lightning's PyTorchProfiler names files "<stage>[-<filename>]-<local_rank>[-<action>].<time>.pt.trace.json".
 _LIGHTNING_NAME = re.compile(r"^(?:fit|validate|test|predict|sanity_check)(?:-[^.]*?)?-(\d+)(?=[-.])")
@@ -48,12 +50,15 @@ def base_ns(meta: dict) -> int | None:
     return b if b is not None and b >= 0 else None
 
 
-def distributed(meta: dict) -> dict:
-    """``distributedInfo`` with its known fields of the right type (a field of another type is left out)."""
+def distributed(meta: dict, max_world: int = DEFAULT.max_world_size) -> dict:
+    """``distributedInfo`` with its known fields of the right type (a field of another type is left out, and so
+    is a world size above ``max_world``: see ``implausible_world``)."""
     d = dict(as_dict(meta.get("distributedInfo")))
     for k in ("rank", "world_size", "pg_count"):
         if k in d and as_int(d[k]) is None:
             del d[k]
+    if "world_size" in d and not 0 < as_int(d["world_size"]) <= max_world:
+        del d["world_size"]
     for k in ("backend", "nccl_version"):
         if k in d and not isinstance(d[k], str):
             del d[k]
@@ -86,12 +91,23 @@ def rank_of(meta: dict, path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def world_of(meta: dict) -> int | None:
-    for w in (distributed(meta).get("world_size"), capture_meta(meta).get("world_size")):
-        w = as_int(w)
-        if w is not None and w > 0:
+def world_of(meta: dict, max_world: int = DEFAULT.max_world_size) -> int | None:
+    """The world size the metadata states, when it is a plausible one (1 to ``max_world``, Config.max_world_size)."""
+    for w in _stated_worlds(meta):
+        if 0 < w <= max_world:
             return w
     return None
+
+
+def implausible_world(meta: dict, max_world: int = DEFAULT.max_world_size) -> int | None:
+    """A world size the metadata states above ``max_world``: a number no job has, read as unknown (a world size is
+    never an allocation size: missing ranks are not counted up to it)."""
+    return next((w for w in _stated_worlds(meta) if w > max_world), None)
+
+
+def _stated_worlds(meta: dict) -> list[int]:
+    raw = (as_dict(meta.get("distributedInfo")).get("world_size"), capture_meta(meta).get("world_size"))
+    return [w for w in map(as_int, raw) if w is not None]
 
 
 def host_of(meta: dict) -> str | None:
@@ -99,10 +115,10 @@ def host_of(meta: dict) -> str | None:
     return as_str(meta.get("host_name")) or None
 
 
-def job_identity(meta: dict) -> tuple:
+def job_identity(meta: dict, max_world: int = DEFAULT.max_world_size) -> tuple:
     """What every rank of one job writes alike: backend, world size, NCCL version (None where absent)."""
     d = distributed(meta)
-    return (as_str(d.get("backend")), world_of(meta), as_str(d.get("nccl_version")))
+    return (as_str(d.get("backend")), world_of(meta, max_world), as_str(d.get("nccl_version")))
 
 
 def device_info(meta: dict, device_id: int | None) -> tuple[str | None, tuple[int, int] | None]:

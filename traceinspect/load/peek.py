@@ -18,7 +18,10 @@ import numpy as np
 
 from ..errors import TraceFileError
 from . import meta as M
+from .columns import step_number
+from .compressed import _first_line
 from .decode import _EVENTS_KEY, _detect_layout, decode_meta, decode_piece, decode_whole, iter_bytes
+from .limits import DEFAULT_LIMITS, FinalFileError, Limits, no_nul
 
 HEAD_BYTES = 1 << 20
 TAIL_BYTES = 1 << 20
@@ -26,7 +29,6 @@ WHOLE_BYTES = 4 << 20  # files up to this size (decompressed) are decoded whole
 # tensorboard_trace_handler: "<worker>.<time>.pt.trace.json[.gz]"; worker defaults to "<host>_<pid>".
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)\.(?P<time>\d{10,19})\.pt\.trace\.json")
 _HOST_PID = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)$")
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _BASE_KEY = re.compile(rb'"baseTimeNanoseconds"\s*:\s*\d')
 # Device activity the analyses do not model (Kineto's names for other accelerators' runtimes and ops).
 _OTHER_DEVICE = re.compile(r"mtia|xpu|hpu|privateuse|glow|npu|mlu|tpu", re.IGNORECASE)
@@ -54,6 +56,7 @@ class FileFacts:
     worker: str | None = None  # the worker name in that file name
     other_devices: list[str] = field(default_factory=list)  # categories of accelerators the report does not model
     error: str | None = None  # why the file could not be read (it is skipped later with this reason)
+    notes: list[str] = field(default_factory=list)  # one line each: what the file says that is read otherwise
 
     @property
     def folder(self) -> str:
@@ -70,34 +73,34 @@ class FileFacts:
             return 0.0
 
 
-def peek(path: str | os.PathLike) -> FileFacts:
+def peek(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> FileFacts:
     """The facts of one file; never raises (an unreadable file gets ``error``)."""
     path = str(path)
     facts = FileFacts(path=path)
     _from_name(facts)
     try:
-        head, tail, whole = _ends(path, facts.name_time_ns)
+        head, tail, whole = _ends(path, facts.name_time_ns, limits)
         if whole:
-            cols, meta, _ = decode_whole(path)
+            cols, meta, _ = decode_whole(path, limits=limits)
             parts = [cols]
             text = head
         else:
             try:
-                meta, parts = _decode_ends(path, head, tail)
+                meta, parts = _decode_ends(path, head, tail, limits)
             except (ValueError, TypeError):  # cut at the wrong places (another layout): decode it all
-                cols, meta, _ = decode_whole(path)
+                cols, meta, _ = decode_whole(path, limits=limits)
                 parts = [cols]
             text = head + (tail or b"")
     except TraceFileError as exc:
         facts.error = exc.reason
         return facts
     except Exception as exc:  # noqa: BLE001 - a file we cannot peek is decided on by its full decode later
-        facts.error = f"could not be read ({type(exc).__name__})"
+        facts.error = f"could not be read ({type(exc).__name__}: {_first_line(exc)})"
         return facts
     if not any(p["n"] for p in parts):
         facts.error = "no usable trace events (no complete 'X' events of a known kind)"
         return facts
-    _from_meta(facts, meta)
+    _from_meta(facts, meta, limits.world)
     _from_events(facts, parts, M.base_ns(meta))
     if tail is None and facts.name_time_ns is not None and facts.clock == "absolute":
         facts.end_ns = max(facts.end_ns or 0, facts.name_time_ns)  # written when the window ended
@@ -115,14 +118,18 @@ def _from_name(facts: FileFacts) -> None:
     facts.name_time_ns = t * {13: 10**6, 16: 10**3}.get(digits, 1) if digits in (13, 16, 19) else None
 
 
-def _from_meta(facts: FileFacts, meta: dict) -> None:
+def _from_meta(facts: FileFacts, meta: dict, max_world: int) -> None:
     facts.rank = M.rank_of(meta, facts.path)
-    facts.world_size = M.world_of(meta)
-    facts.job = M.job_identity(meta)
+    facts.world_size = M.world_of(meta, max_world)
+    facts.job = M.job_identity(meta, max_world)
     facts.host = M.host_of(meta)
+    odd = M.implausible_world(meta, max_world)
+    if odd is not None:
+        facts.notes.append(f"{Path(facts.path).name}: its metadata's world size {odd:,} is implausible (above "
+                           f"max_world_size {max_world:,}): read as unknown")
 
 
-def _ends(path: str, name_time_ns: int | None) -> tuple[bytes, bytes | None, bool]:
+def _ends(path: str, name_time_ns: int | None, limits: Limits) -> tuple[bytes, bytes | None, bool]:
     """(head, tail, whole): the first and last bytes of the text, or all of it (``whole``) for a small file.
 
     A plain file is read at its two ends. A compressed one is inflated to its end, unless its head already holds
@@ -133,11 +140,14 @@ def _ends(path: str, name_time_ns: int | None) -> tuple[bytes, bytes | None, boo
     with open(path, "rb") as f:
         first = f.read(1)
         if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t") and size > WHOLE_BYTES:
-            head = f.read(HEAD_BYTES - 1)
+            head = first + f.read(HEAD_BYTES - 1)
             f.seek(size - TAIL_BYTES)
-            return first + head, f.read(TAIL_BYTES), False
+            tail = f.read(TAIL_BYTES)
+            no_nul(head, 0, path)  # a NUL byte: damaged, preallocated or sparse, named before any decoding
+            no_nul(tail, size - TAIL_BYTES, path)
+            return head, tail, False
     head, tail = bytearray(), bytearray()
-    blocks = iter_bytes(path)
+    blocks = iter_bytes(path, limits=limits)
     for block in blocks:
         if len(head) < WHOLE_BYTES:
             take = WHOLE_BYTES - len(head)
@@ -161,11 +171,11 @@ def _base_in_header(head: bytes) -> bool:
     return bool(m and _BASE_KEY.search(head, 0, m.start()))
 
 
-def _decode_ends(path: str, head: bytes, tail: bytes | None) -> tuple[dict, list[dict]]:
+def _decode_ends(path: str, head: bytes, tail: bytes | None, limits: Limits) -> tuple[dict, list[dict]]:
     """Metadata and the whole events in the head and the tail of a large Kineto-layout file."""
     found = _detect_layout(head, path)
     if found is None or found[0].marker is None:
-        cols, meta, _ = decode_whole(path)  # a layout we cannot cut: decode it all
+        cols, meta, _ = decode_whole(path, limits=limits)  # a layout we cannot cut: decode it all
         return meta, [cols]
     layout, start = found
     marker = layout.marker
@@ -181,7 +191,9 @@ def _decode_ends(path: str, head: bytes, tail: bytes | None) -> tuple[dict, list
     trailer = b"}"
     if m is None:
         try:  # the array does not close where Kineto closes it: valid in another layout, or truncated
-            cols, meta, _ = decode_whole(path)
+            cols, meta, _ = decode_whole(path, limits=limits)
+        except FinalFileError:
+            raise
         except TraceFileError:
             raise TraceFileError(path, "truncated JSON (the traceEvents array never closes)") from None
         return meta, [cols]
@@ -210,7 +222,7 @@ def _from_events(facts: FileFacts, parts: list[dict], base: int | None) -> None:
     steps = []
     for p in parts:
         codes, table = p["name"]
-        nums = {i: int(mm.group(1)) for i, t in enumerate(table) if isinstance(t, str) and (mm := _STEP.match(t))}
+        nums = {i: n for i, t in enumerate(table) if (n := step_number(t)) is not None}
         if nums:
             steps.extend(nums[c] for c in np.unique(codes[(p["kind"] <= 2) & np.isin(codes, list(nums))]))
     if steps:

@@ -17,6 +17,7 @@ from ..errors import NoUsableTraceError, TraceFileError, UsageError
 from .assemble import assemble as _assemble, group_results as _group_by_rank
 from .discover import find_trace_files, no_traces
 from .files import FileResult, decode_file, decode_files  # noqa: F401  (re-exported: the reader's API)
+from .limits import DEFAULT_LIMITS, Limits
 from .peek import peek
 from .runs import RunPlan, plan_runs, runs_dict
 from .services import IN_PROCESS, ColumnCache, ProgressFn, Workers
@@ -26,7 +27,8 @@ __all__ = ["FileResult", "ProgressFn", "decode_file", "decode_files", "find_trac
            "plan_folder", "select_run"]
 
 
-def plan_folder(files: list, workers: Workers = IN_PROCESS) -> tuple[RunPlan, list[Skipped]]:
+def plan_folder(files: list, workers: Workers = IN_PROCESS, limits: Limits = DEFAULT_LIMITS
+                ) -> tuple[RunPlan, list[Skipped]]:
     """Peek at every file (in parallel on ``workers`` when there are several) and decide runs, ranks and windows.
 
     Returns the plan and the files that could not be read at all (each with its one-line reason).
@@ -35,9 +37,9 @@ def plan_folder(files: list, workers: Workers = IN_PROCESS) -> tuple[RunPlan, li
     n = min(workers.count, len(paths))
     if n > 1:
         with workers.pool(n) as pool:
-            facts = list(pool.map(peek, paths))
+            facts = list(pool.map(peek, paths, [limits] * len(paths)))
     else:
-        facts = [peek(p) for p in paths]
+        facts = [peek(p, limits) for p in paths]
     bad = [Skipped(file=f.path, reason=f.error) for f in facts if f.error is not None]
     return plan_runs(facts), bad
 
@@ -78,7 +80,7 @@ def load(
         files = find_trace_files(path, passed_over)
         if not files:
             raise no_traces(source, passed_over)
-        plan, bad = plan_folder(files, workers)
+        plan, bad = plan_folder(files, workers, Limits.of(config))
         skipped.extend(Skipped(file=f, reason=r) for f, r in passed_over)
         skipped.extend(bad)
         skipped.extend(plan.skipped)
@@ -95,7 +97,7 @@ def load(
             raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
         groups_paths = [(rank, [str(f) for f in files])]
     all_paths = [f for _, fs in groups_paths for f in fs]
-    decoded, more = _decode_all(all_paths, workers, cache, progress)
+    decoded, more = _decode_all(all_paths, workers, cache, progress, Limits.of(config))
     skipped.extend(more)
     if not decoded:
         if allow_empty:
@@ -108,14 +110,15 @@ def load(
         if not frs:
             continue
         groups.extend([(r, frs)] if r is not None else _group_by_rank(frs))
-    ranks, more_skipped = _assemble(groups)
+    ranks, more_skipped = _assemble(groups, config.max_world_size)
     skipped.extend(more_skipped)
     worlds = [r.world_size for r in ranks if r.world_size]
     world = max(worlds) if worlds else None
     return Trace(source=source, ranks=ranks, skipped=skipped, world_size=world, runs=runs_info)
 
 
-def _decode_all(paths: list[str], workers: Workers, cache: ColumnCache | None, progress: ProgressFn | None
+def _decode_all(paths: list[str], workers: Workers, cache: ColumnCache | None, progress: ProgressFn | None,
+                limits: Limits = DEFAULT_LIMITS
                 ) -> tuple[dict[str, FileResult], list[Skipped]]:
     """path -> FileResult of every usable file (from the column cache where it has them), and the others' reasons."""
     results: dict[str, FileResult] = {}
@@ -127,7 +130,7 @@ def _decode_all(paths: list[str], workers: Workers, cache: ColumnCache | None, p
             results[f] = hit
         else:
             to_decode.append(f)
-    for p, res in zip(to_decode, decode_files(to_decode, workers, progress)):
+    for p, res in zip(to_decode, decode_files(to_decode, workers, progress, limits)):
         if isinstance(res, TraceFileError):
             skipped.append(Skipped(file=res.path, reason=res.reason))
             continue
@@ -140,10 +143,10 @@ def _decode_all(paths: list[str], workers: Workers, cache: ColumnCache | None, p
     return results, skipped
 
 
-def group_by_rank(files: list[Path], workers: Workers = IN_PROCESS, run: int | None = None, source: str = ""
-                  ) -> tuple[list[tuple[int, list[str]]], list[Skipped], dict | None]:
+def group_by_rank(files: list[Path], workers: Workers = IN_PROCESS, run: int | None = None, source: str = "",
+                  limits: Limits = DEFAULT_LIMITS) -> tuple[list[tuple[int, list[str]]], list[Skipped], dict | None]:
     """The chosen run of these files as (rank, window files) groups, the files no run holds, and the runs object."""
-    plan, bad = plan_folder(files, workers)
+    plan, bad = plan_folder(files, workers, limits)
     chosen = select_run(plan, run, source)
     if chosen is None:
         return [], bad + plan.skipped, None

@@ -199,6 +199,12 @@ def _iso(ns: float | None) -> str | None:
 
 
 def run_dict(r: Run, selected: bool) -> dict:
+    d = _run_dict(r, selected)
+    notes = [n for p in r.processes for w in p.windows for n in w.notes]  # e.g. an implausible world size
+    return {**d, "notes": notes} if notes else d  # the key only where there are notes (reports stay as they were)
+
+
+def _run_dict(r: Run, selected: bool) -> dict:
     windows = [len(p.windows) for p in r.processes]
     clock = "relative" if any(w.clock == "relative" for p in r.processes for w in p.windows) else "absolute"
     return {
@@ -230,7 +236,7 @@ def runs_dict(plan: RunPlan, chosen: Run) -> dict:
         "summary": summary_line(plan, chosen),
         # Whether the text report shows the summary: more than one run, windows, copies or unmodelled devices.
         "notable": bool(others or plan.skipped or any(len(p.windows) > 1 for p in chosen.processes)
-                        or run_dict(chosen, True)["other_devices"]),
+                        or run_dict(chosen, True)["other_devices"] or run_dict(chosen, True).get("notes")),
     }
 
 
@@ -252,6 +258,9 @@ def summary_line(plan: RunPlan, chosen: Run) -> str:
     devices = run_dict(chosen, True)["other_devices"]
     if devices:
         line += f"; activity of devices the report does not model: {', '.join(devices)}"
+    notes = run_dict(chosen, True).get("notes")
+    if notes:
+        line += "; " + "; ".join(notes[:2]) + (f" (+{len(notes) - 2} more such notes)" if len(notes) > 2 else "")
     others = [r for r in plan.runs if r is not chosen]
     if others:
         earlier = sum(r.index < chosen.index for r in others)

@@ -61,11 +61,16 @@ def describe(values: list[float]) -> dict:
     return {"n": n, "mean_us": mean, "sd_us": sd}
 
 
+def blank_comparison(a: dict, b: dict) -> dict:
+    """A comparison of sides ``a`` and ``b`` before any change is computed (every number None)."""
+    return {"base": a, "new": b, "delta_us": None, "rel_change": None, "share_of_step": None, "se_us": None,
+            "noise_us": None, "threshold_us": None, "significant": None, "change": "unknown"}
+
+
 def compare(base_vals: list[float], new_vals: list[float], step_us: float | None) -> dict:
     """One metric: both sides' stats, the change, its noise level and whether it is significant (NOISE_RULE)."""
     a, b = describe(base_vals), describe(new_vals)
-    out = {"base": a, "new": b, "delta_us": None, "rel_change": None, "share_of_step": None, "se_us": None,
-           "noise_us": None, "threshold_us": None, "significant": None, "change": "unknown"}
+    out = blank_comparison(a, b)
     if a["mean_us"] is None or b["mean_us"] is None:
         return out
     delta = b["mean_us"] - a["mean_us"]

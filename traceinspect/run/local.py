@@ -17,6 +17,7 @@ from ..analyze.rank import RankAnalysis, analyze_rank
 from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError
 from ..load.discover import find_trace_files, no_traces
+from ..load.limits import Limits
 from ..load.reader import group_by_rank
 from ..load.services import ProgressFn
 from .pool import process_pool, worker_count
@@ -54,7 +55,7 @@ def plan(path, config: Config, run: int | None = None, resolve: bool = False):
         raise no_traces(path, passed_over)
     if resolve:
         files = [f.resolve() for f in files]
-    groups, skipped, runs = group_by_rank(files, services.workers(config), run, str(path))
+    groups, skipped, runs = group_by_rank(files, services.workers(config), run, str(path), Limits.of(config))
     return groups, [Skipped(file=f, reason=r) for f, r in passed_over] + skipped, runs
 
 

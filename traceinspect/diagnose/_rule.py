@@ -1,0 +1,244 @@
+"""The rule contract: what a rule module declares beside its detection, and what the accounting reads.
+
+A rule module ends with one ``RULE = Rule(...)``: its id and title, what it reads (``Needs``), how its claim is
+taken (``Claim``: the pools, per basis, in order, and where it stands in the claim order), its label in the
+verdict, the settings it reads (``Config`` fields: what ``explain`` lists and ``--set`` changes), its evidence
+type (a ``msgspec.Struct``; the finding's JSON ``evidence`` is that record, key for key) and its fix as a function
+of that evidence (``fix(evidence, setup=None) -> str``; ``setup``: what the run is, where a caller knows it). The
+accounting (accounting.py) iterates over these declarations and never asks which rule it holds.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from typing import Callable, NamedTuple
+
+import msgspec
+import numpy as np
+
+from .bounds import col
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a rule reads from each rank: checked before it runs."""
+
+    steps: tuple[str, ...] = ()  # step columns on every rank
+    gpu_steps: tuple[str, ...] = ()  # step columns on GPU-basis ranks (CPU-only traces have no kernels or copies)
+    tables: tuple[str, ...] = ()  # per-rank tables (``ra.tables``)
+
+
+# --- how a claim is taken: per step, from the rank's pools (accounting.py, docs/findings.md) ---------------------
+# Each ``Take`` gives the accounting a list of (pool, want) for one rank: ``want`` an array of us per step, None
+# (take what the previous pool could not hold), or a function of what the claim got so far.
+
+@dataclass(frozen=True)
+class Column:
+    """A step column, times ``scale``, from one pool."""
+
+    pool: str
+    column: str
+    scale: float = 1.0
+
+    def demands(self, f, ra, s, config, estimate: float) -> list:
+        v = col(s, self.column)
+        return [(self.pool, v * self.scale if self.scale != 1.0 else v)]
+
+    def describe(self) -> str:
+        scaled = f"{self.scale:g} x " if self.scale != 1.0 else ""
+        return f"`{self.pool}`: {scaled}`{self.column}`"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The rule's own per-step estimate (``Claim.estimate_key``), from the pools in order: what the first cannot
+    hold spills to the next."""
+
+    pools: tuple[str, ...]
+
+    def demands(self, f, ra, s, config, estimate: float) -> list:
+        return [(self.pools[0], np.full(len(s), estimate))] + [(p, None) for p in self.pools[1:]]
+
+    def describe(self) -> str:
+        return ", then ".join(f"`{p}`" for p in self.pools) + ": the rule's estimate"
+
+
+@dataclass(frozen=True)
+class Rest:
+    """Whatever the pools have left: a symptom claims only what no cause explained."""
+
+    pools: tuple[str, ...]
+
+    def demands(self, f, ra, s, config, estimate: float) -> list:
+        return [(p, np.full(len(s), np.inf)) for p in self.pools]
+
+    def describe(self) -> str:
+        return ", ".join(f"`{p}`" for p in self.pools) + ": whatever is left"
+
+
+@dataclass(frozen=True)
+class Custom:
+    """A claim the rule computes itself: ``fn(finding, ra, steps, config) -> [(pool, want), ...]``."""
+
+    fn: Callable
+    text: str  # what it takes, for docs/findings.md
+
+    def demands(self, f, ra, s, config, estimate: float) -> list:
+        return self.fn(f, ra, s, config)
+
+    def describe(self) -> str:
+        return self.text
+
+
+Take = Column | Estimate | Rest | Custom
+
+
+@dataclass(frozen=True)
+class Claim:
+    """How much of a step a rule's finding may claim (accounting.py)."""
+
+    order: int  # claim order: lower claims first (specific causes first, symptoms last)
+    gpu: Take | None  # what it takes on a GPU-basis rank; None: nothing
+    cpu: Take | None  # ... on a CPU-only rank (the training thread's split)
+    estimate_key: str | None = None  # per-rank evidence key holding the rule's own estimate (us per step)
+    other_ranks: bool = False  # its fix shortens the other ranks' waits, not its own step (a straggler)
+    adds_cpu: Callable | None = None  # (steps, config) -> CPU us per step the fix adds, off the room a faster GPU has
+    fixes_loader: bool = False  # the fix is the DataLoader's own: not bounded by it; GPU savings may wait for it
+    symptom: bool = False  # claims what the causes left, and lists which causes explained it (``explained_by``)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule's declaration (see the module docstring)."""
+
+    id: str  # stable: the JSON contract
+    title: str
+    needs: Needs
+    claim: Claim
+    label: str  # its name in the verdict line ("dataloader 43.7 ms, pageable copies 17.7 ms")
+    thresholds: tuple[str, ...]  # the Config fields it reads, its claim's included
+    evidence: type  # the msgspec.Struct of its evidence
+    fix: Callable  # fix(evidence, setup=None) -> code to paste
+    check: Callable  # check(report, config) -> list[Finding]
+
+    @property
+    def doc(self) -> str:
+        """The rule module's docstring: its documentation (what ``explain`` prints)."""
+        module = getattr(self.check, "module", None) or self.check.__module__
+        return (sys.modules[module].__doc__ or "").strip()
+
+    # The module-style names the rest of the code reads (``rule.ID``, ``rule.NEEDS``).
+    @property
+    def ID(self) -> str:  # noqa: N802
+        return self.id
+
+    @property
+    def TITLE(self) -> str:  # noqa: N802
+        return self.title
+
+    @property
+    def NEEDS(self) -> Needs:  # noqa: N802
+        return self.needs
+
+
+def declared(module) -> Rule:
+    """A rule module's declaration, checked: a module without one, or whose thresholds are not settings, cannot
+    load (``load_rules`` reports it)."""
+    from ..config import Config
+
+    rule = getattr(module, "RULE", None)
+    if not isinstance(rule, Rule):
+        raise TypeError(f"{module.__name__} declares no RULE = Rule(...)")
+    known = {f.name for f in fields(Config)}
+    unknown = [n for n in rule.thresholds if n not in known]
+    if unknown:
+        raise TypeError(f"rule {rule.id} declares unknown setting(s): {', '.join(unknown)}")
+    if not (isinstance(rule.evidence, type) and issubclass(rule.evidence, msgspec.Struct)):
+        raise TypeError(f"rule {rule.id}: evidence must be a msgspec.Struct")
+    return rule
+
+
+def as_dict(v):
+    """A record as the JSON evidence: its fields in order, an unset field left out, and the fields a record keeps
+    for its fix only (its class's ``FIX_ONLY``); values as they are."""
+    if isinstance(v, msgspec.Struct):
+        skip = getattr(type(v), "FIX_ONLY", ())
+        return {k: as_dict(x) for k in v.__struct_fields__
+                if k not in skip and (x := getattr(v, k)) is not msgspec.UNSET}
+    if isinstance(v, list):
+        return [as_dict(x) for x in v]
+    if isinstance(v, dict):
+        return {k: as_dict(x) for k, x in v.items()}
+    return v
+
+
+# --- the skeleton of a rule: one finding from the ranks where the problem is ---------------------------------------
+
+def finding(rule: Rule, evidence, *, title: str, ranks, steps, stake: float | None, setup=None):
+    """The rule's finding: its evidence record as the JSON evidence and its fix made from that record. Ungraded:
+    the accounting gives it its claim and severity."""
+    from .finding import Finding
+
+    return Finding(id=rule.id, title=title, ranks=sorted(ranks), steps=sorted(steps), evidence=as_dict(evidence),
+                   fix=rule.fix(evidence, setup), time_at_stake_us=stake)
+
+
+class RankHit(msgspec.Struct, kw_only=True):
+    """The part every rule's per-rank evidence starts with: the rank and the steps where the problem is."""
+
+    rank: int
+    steps: list[int]
+
+
+class Hit(NamedTuple):
+    ev: RankHit  # the rank's evidence record
+    ra: object  # the rank's analysis (RankAnalysis)
+    aux: object = None  # what the rule's summary needs of the rank beyond its evidence
+
+
+def per_rank_finding(rule: Rule, report, config, detect: Callable, summary: Callable,
+                     worst: Callable | None = None) -> list:
+    """A rule that looks at each rank alone: ``detect(ra, config, report)`` gives the rank's evidence record, or
+    (record, aux) (None: not there); the rank the title names has the largest ``worst(record)`` (the first on ties;
+    without ``worst``, the first rank) and is listed first; ``summary(hits, worst_hit, report, config)`` gives (the
+    finding's evidence record, its title, its time at stake per step)."""
+    hits = []
+    for ra in report.ranks:
+        got = detect(ra, config, report)
+        if got is not None:
+            hits.append(Hit(got[0], ra, got[1]) if isinstance(got, tuple) else Hit(got, ra))
+    if not hits:
+        return []
+    w = max(hits, key=lambda h: worst(h.ev)) if worst else hits[0]
+    hits.sort(key=lambda h: h is not w)  # the rank the title names comes first (renderers show it)
+    evidence, title, stake = summary(hits, w, report, config)
+    return [finding(rule, evidence, title=title, ranks=[h.ev.rank for h in hits],
+                    steps={s for h in hits for s in h.ev.steps}, stake=stake)]
+
+
+@dataclass(frozen=True)
+class PerRank:
+    """The ``check`` of a rule that looks at each rank alone: ``per_rank_finding`` with the rule's detection."""
+
+    detect: Callable  # (ra, config, report) -> the rank's evidence record, or (record, aux), or None
+    summary: Callable  # (hits, worst_hit, report, config) -> (evidence record, title, time at stake)
+    worst: Callable | None = None  # record -> what makes a rank the one the title names
+
+    @property
+    def module(self) -> str:
+        return self.detect.__module__
+
+    def __call__(self, report, config) -> list:
+        rule = declared(sys.modules[self.module])
+        return per_rank_finding(rule, report, config, self.detect, self.summary, self.worst)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A fix that is the same whatever the evidence."""
+
+    text: str
+
+    def __call__(self, evidence, setup=None) -> str:
+        return self.text
