@@ -15,9 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, NamedTuple
 
 import msgspec
-import numpy as np
 
-from .bounds import col
 
 
 @dataclass(frozen=True)
@@ -42,6 +40,8 @@ class Column:
     scale: float = 1.0
 
     def demands(self, f, ra, s, config, estimate: float) -> list:
+        from .bounds import col  # here, not at import: a report read from the cache imports no pandas
+
         v = col(s, self.column)
         return [(self.pool, v * self.scale if self.scale != 1.0 else v)]
 
@@ -58,6 +58,8 @@ class Estimate:
     pools: tuple[str, ...]
 
     def demands(self, f, ra, s, config, estimate: float) -> list:
+        import numpy as np  # here, not at import: a report read from the cache imports no numpy
+
         return [(self.pools[0], np.full(len(s), estimate))] + [(p, None) for p in self.pools[1:]]
 
     def describe(self) -> str:
@@ -71,6 +73,8 @@ class Rest:
     pools: tuple[str, ...]
 
     def demands(self, f, ra, s, config, estimate: float) -> list:
+        import numpy as np
+
         return [(p, np.full(len(s), np.inf)) for p in self.pools]
 
     def describe(self) -> str:
