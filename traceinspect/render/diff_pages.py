@@ -53,7 +53,7 @@ def render_diff_markdown(dd: dict) -> str:
     lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in _side_by_side(dd)]
     names = name_lines(dd)
     if names:
-        lines += ["", "## By name", ""] + [f"    {plain(n)}" for n in names]
+        lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]
     return "\n".join(lines) + "\n"
 
 
