@@ -112,3 +112,21 @@ def test_the_table_states_the_verdict(monkeypatch, tmp_path):
     text = console.export_text()
     assert "cannot tell: machine busy" in text and "slower" not in text
     assert text.count("90 %") == 2 and "all 2" in text and "between runs" in text
+
+
+def test_the_knobs_are_read_from_the_captures_reports(monkeypatch, tmp_path):
+    import gzip
+    import json
+
+    m, _ = _replay(monkeypatch, tmp_path, {"baseline": [GPU / "big_baseline"],
+                                           "optimized": [GPU / "big_optimized"]}, other_work=0.1)
+
+    def from_trace(folder: Path) -> dict:  # independent of the report: the first trace file's own metadata
+        path = sorted(folder.glob("rank*.pt.trace.json*"))[0]
+        with (gzip.open if path.name.endswith(".gz") else open)(path, "rt") as fh:
+            return json.load(fh)["traceinspect"]["workload"]
+
+    settings = [demo_mod._workload_settings(m.reports[p]) for p in demo_mod.PRESETS]
+    assert settings == [from_trace(GPU / "big_baseline"), from_trace(GPU / "big_optimized")]
+    knobs = {k: (a, b) for k, a, b in demo_mod._knob_diff(*settings)}
+    assert knobs["pin_memory"] == (False, True) and knobs["no_sync"] == (False, True) and "preset" not in knobs

@@ -14,10 +14,9 @@ from typing import Any, Callable, Mapping
 
 import click
 
-from ..capture import profiling as _capture
 from ..errors import UsageError
 from .demo_verdict import BUSY, BUSY_SHARE, FASTER, NOISE_BASIS, SLOWER, Verdict, judge, mean_sd
-from .launch import CaptureFailed, CliError, _import_torch, _trace_files, run_capture
+from .launch import CaptureFailed, CliError, _import_torch, run_capture
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine; 8 small micro-batches per optimizer step, so
 #: the step is mostly what the fixes remove (a gradient all-reduce per micro-batch) rather than matmuls.
@@ -92,7 +91,7 @@ def demo(out, nproc, model, overrides, rounds, budget, report, verbose):
         raise CliError(f"captured into {root}, but the analyzer cannot load ({e}); run "
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
     measured = _measure(capture, folders, rounds, budget, gpu=cuda)
-    knob_diff = _knob_diff(_workload_settings(folders["baseline"]), _workload_settings(folders["optimized"]))
+    knob_diff = _knob_diff(*(_workload_settings(measured.reports[preset]) for preset in PRESETS))
     width = max(shutil.get_terminal_size((120, 40)).columns, 100)
     from rich.console import Console
 
@@ -121,6 +120,7 @@ class Measured:
     rounds: list[Round]
     verdict: Verdict
     diff: dict          # traceinspect diff of the last round's two captures
+    reports: dict       # the last round's report of each preset
 
 
 def _measure(capture: Callable[[str], None], folders: Mapping[str, Path], max_rounds: int, budget_s: float,
@@ -158,7 +158,7 @@ def _measure(capture: Callable[[str], None], folders: Mapping[str, Path], max_ro
         if n >= max_rounds or elapsed + elapsed / n > budget_s:
             break
         click.echo(f"traceinspect: round {n}: {verdict.label} so far; measuring another round", err=True)
-    return Measured(rounds, verdict, dd)
+    return Measured(rounds, verdict, dd, reports)
 
 
 def _without_wall(dd: dict) -> dict:
@@ -224,23 +224,14 @@ def _sd(values: list[float]) -> str:
 # --------------------------------------------------------------------------- comparison
 
 
-def _workload_settings(folder: Path) -> dict[str, Any]:
-    """The workload config a capture really ran with, read back from its trace metadata.
+def _workload_settings(report: dict) -> dict[str, Any]:
+    """The workload config a capture really ran with: its first rank's capture metadata, as the report holds it.
 
-    Reading the trace (not recomputing the preset here) shows the values the
+    The trace's metadata (not the preset recomputed here) shows the values the
     ranks resolved on their device: worker counts, auto batch size, pinning.
     """
-    import gzip
-    import json
-
-    for path in _trace_files(folder):
-        opener = gzip.open if path.name.endswith(".gz") else open
-        try:
-            with opener(path, "rt") as fh:
-                meta = json.load(fh).get(_capture.METADATA_KEY) or {}
-        except (OSError, ValueError):
-            continue
-        return dict(meta.get("workload") or {})
+    for rank in report.get("ranks") or []:
+        return dict((rank.get("metadata") or {}).get("workload") or {})
     return {}
 
 

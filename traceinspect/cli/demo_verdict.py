@@ -57,7 +57,11 @@ class Verdict:
     threshold_us: float | None # the change must exceed this to count (None: no noise estimate yet)
     noise: str                 # "between runs", "step to step" or "unknown"
     busy: bool                 # other work kept the cores busy before some capture
-    decided: bool              # measuring more would not change the call (a counted change)
+
+    @property
+    def decided(self) -> bool:
+        """Measuring more would not change the call: a counted change, faster or slower."""
+        return self.label in (FASTER, SLOWER)
 
     @property
     def rel_change(self) -> float | None:
@@ -98,4 +102,4 @@ def judge(base: Sequence[float], new: Sequence[float], busy: bool, step_noise_us
     else:
         label = WITHIN_NOISE
     return Verdict(label=label, base_us=mb, new_us=mn, delta_us=delta, threshold_us=threshold, noise=basis,
-                   busy=busy, decided=counted and label != BUSY)
+                   busy=busy)
