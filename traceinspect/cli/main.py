@@ -7,12 +7,12 @@ are ``options.py``'s, the writing of documents ``output.py``'s.
 
 from __future__ import annotations
 
-
 import sys
 
 import click
 
 from ..errors import EXIT_FINDING, UsageError
+from ..render.safe import path as shown
 from . import exits
 from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
                       settings_option, width_option, workers_option)
@@ -41,8 +41,7 @@ def _progress_factory(paths_total: int, enabled: bool):
 
     state = {"done": 0, "t0": time.monotonic(), "stage": "reading"}
     if not sys.stderr.isatty():
-        def say(line: str) -> None:
-            click.echo(f"traceinspect: {line}", err=True)
+        say = exits.say
 
         def update(_path: str, nbytes: int, _total: int) -> None:
             state["done"] += nbytes
@@ -129,7 +128,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
     for line in sections.skipped(d):
-        click.echo(f"traceinspect: skipped {line}", err=True)
+        exits.say(f"skipped {line}")
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
     if json_path:
@@ -139,7 +138,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         from ..render.tensorboard import write_tensorboard
 
         where = write_tensorboard(d, tb_dir or path)
-        click.echo(f"traceinspect: TensorBoard summaries written to {where}", err=True)
+        exits.say(f"TensorBoard summaries written to {where}")
     if not quiet and not on_stdout:
         echo_text(render_text, d, width)
     if fail_on:
@@ -153,11 +152,11 @@ def _fail_on(d: dict, level: str) -> None:
     tripped = [f for f in d["findings"] if severity_rank(f["severity"]) >= severity_rank(level)]
     if not tripped:
         return
-    click.echo(f"traceinspect: --fail-on {level}: {len(tripped)} finding(s) at or above {level}:", err=True)
+    exits.say(f"--fail-on {level}: {len(tripped)} finding(s) at or above {level}:")
     for f in tripped:
         at = f.get("time_at_stake_us")
         stake = f", {at / 1000:.2f} ms/step at stake" if at else ""
-        click.echo(_shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
+        click.echo(shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
     raise SystemExit(EXIT_FINDING)
 
 
@@ -199,7 +198,7 @@ def rules() -> None:
     for mod in mods:
         click.echo(f"{mod.ID:24s} {mod.TITLE}")
     for e in errors:
-        click.echo(f"traceinspect: {e}", err=True)
+        exits.say(str(e))
 
 
 @cli.command()
@@ -263,13 +262,6 @@ def _register_commands() -> None:
 
 
 _register_commands()
-
-
-def _shown(message: str) -> str:
-    """A message that may hold a path or a name: one line, control characters visible (``render.safe``)."""
-    from ..render.safe import path
-
-    return path(message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import sys
 import click
 
 from ..errors import UsageError
+from .exits import say
 
 #: The text report's width bounds: narrower cannot hold a table row, wider is no screen.
 MIN_WIDTH, MAX_WIDTH = 40, 1000
@@ -35,8 +36,7 @@ def workers_for(workers: int) -> int:
 
     cores = cpu_count()
     if workers > cores:
-        click.echo(f"traceinspect: --workers {workers} capped at {cores} (the CPU cores this process may use)",
-                   err=True)
+        say(f"--workers {workers} capped at {cores} (the CPU cores this process may use)")
         return cores
     return workers
 
