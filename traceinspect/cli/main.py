@@ -14,8 +14,8 @@ import click
 from ..errors import EXIT_FINDING, UsageError
 from ..render.safe import path as shown
 from . import exits
-from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
-                      settings_option, width_option, workers_option)
+from .options import (cache_dir_option, check_readable_input, echo_text, html_option, markdown_option, no_cache_option,
+                      out_option, quiet_option, run_config, settings_option, width_option, workers_option)
 from .output import check_targets, dumps, one_stdout, write_documents, write_text
 
 
@@ -88,10 +88,9 @@ class _BarObserver:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report to PATH ('-' for stdout).")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
-@click.option("--html", "html_path", metavar="PATH",
-              help="Write a self-contained HTML report to PATH ('-' for stdout).")
-@click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
+@markdown_option
+@html_option
+@out_option
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 when a finding reaches this severity (docs/findings.md); the findings that did are printed.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
@@ -171,10 +170,9 @@ def _load_report(path: str) -> dict:
 
 @cli.command()
 @click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
-@click.option("--html", "html_path", metavar="PATH",
-              help="Write the self-contained HTML report to PATH ('-' for stdout).")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
-@click.option("--out", "out_dir", metavar="DIR", help="Write report.md and the plots into DIR.")
+@html_option
+@markdown_option
+@out_option
 @width_option
 @quiet_option
 def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
