@@ -48,6 +48,20 @@ def _batch(args, rank: int, step: int):
     return x, y
 
 
+def _train_step(args, rank: int, model: nn.Module, opt):
+    """One training step of a model that runs whole on every rank (FSDP2, tensor parallel): forward, MSE loss,
+    backward, optimizer step."""
+
+    def step(i: int) -> None:
+        x, y = _batch(args, rank, i)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def _fsdp2(args, rank: int, ws: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -62,16 +76,9 @@ def _fsdp2(args, rank: int, ws: int):
         for cur, nxt in zip(model[:-1], model[1:]):
             cur.set_modules_to_forward_prefetch([nxt])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(i: int) -> None:
-        x, y = _batch(args, rank, i)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step, {"reshard_after_forward": raf, "forward_prefetch": args.forward_prefetch == "on",
-                  "mesh": {"dp": ws}, "layers": args.layers}
+    described = {"reshard_after_forward": raf, "forward_prefetch": args.forward_prefetch == "on", "mesh": {"dp": ws},
+                 "layers": args.layers}
+    return _train_step(args, rank, model, opt), described
 
 
 def _tp(args, rank: int, ws: int):
@@ -83,15 +90,8 @@ def _tp(args, rank: int, ws: int):
     model = nn.Sequential(nn.Linear(args.width, 4 * args.width), nn.ReLU(), nn.Linear(4 * args.width, args.width))
     parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-
-    def step(i: int) -> None:
-        x, y = _batch(args, rank, i)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step, {"mesh": {"tp": ws}, "plan": {"0": "ColwiseParallel", "2": "RowwiseParallel"}}
+    described = {"mesh": {"tp": ws}, "plan": {"0": "ColwiseParallel", "2": "RowwiseParallel"}}
+    return _train_step(args, rank, model, opt), described
 
 
 def _pp(args, rank: int, ws: int):

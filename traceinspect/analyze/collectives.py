@@ -99,7 +99,7 @@ def _issues(ev: pd.DataFrame) -> pd.DataFrame:
     nccl_ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION))
                               & name_mask(ev, lambda s: s.startswith(("nccl:", "rccl:"))))
     c10d = np.flatnonzero((kind == int(Kind.CPU_OP)) & name_mask(
-        ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and is_collective_op(s) and "wait" not in s))
+        ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and is_collective_op(s)))
     fR, fA, fC = _frame(ev, R), _frame(ev, nccl_ann), _frame(ev, c10d)
     if len(fA):
         inside_r = _enclosing(fR, fA) >= 0

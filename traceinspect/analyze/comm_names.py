@@ -113,8 +113,9 @@ def busbw_factor(name: str, n) -> float:
 
 
 def is_collective_op(name: str) -> bool:
-    """A ``c10d::`` / ``_c10d_functional::`` op that is a collective: its normalized name is one of ``KINDS``."""
-    return normalize_collective(name) in KINDS
+    """A ``c10d::`` / ``_c10d_functional::`` op that is a collective: its normalized name is one of ``KINDS``, and
+    it is not a wait on one (a name holding ``wait``)."""
+    return normalize_collective(name) in KINDS and "wait" not in name
 
 
 def input_argument(op_name: str, kind: str) -> int:

@@ -92,7 +92,7 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
     elif fsdp2:
         kinds.append("fsdp2")
         evidence.append("FSDP::all_gather" if any(n.startswith("FSDP::all_gather") for n in fsdp2) else fsdp2[0])
-    functional = [n for n in names if n.startswith(TP_COLLECTIVE_SOURCE) and _moves_data(n)]
+    functional = [n for n in names if n.startswith(TP_COLLECTIVE_SOURCE) and is_collective_op(n)]
     if functional:
         kinds.append("tp")
         evidence.append(sorted(functional)[0])
@@ -110,10 +110,6 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
     raf = _reshards(coll) if {"fsdp1", "fsdp2"} & set(kinds) else None
     return Strategy(kinds=tuple(kinds), reshard_after_forward=raf, pp_stages=1 if "pp" in kinds else None,
                     pp_microbatches=pp_microbatches, pp_schedule=schedule, evidence=tuple(evidence))
-
-
-def _moves_data(name: str) -> bool:
-    return is_collective_op(name) and "wait" not in name
 
 
 def _reshards(coll: pd.DataFrame | None) -> bool | None:

@@ -53,12 +53,6 @@ def _is_report_file(p: Path) -> bool:
     return False
 
 
-def load_side(path: str, config=None) -> dict:
-    """A report dict from a saved report.json, or from a folder (or file) of traces through ``report_folder``."""
-    one = _load_one(path, config)
-    return one if isinstance(one, dict) else one.to_dict()
-
-
 def _load_one(path: str, config=None):
     """A saved report.json as a dict, or a folder (or file) of traces as ``report_folder``'s result."""
     p = Path(path)
@@ -128,13 +122,7 @@ def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, n
         raise UsageError(f"--pair: {exc}") from None
     _write(md_path, lambda: render_diff_markdown(dd))
     _write(html_path, lambda: render_diff_html(dd))
-    if json_path:
-        if json_path != "-":
-            try:
-                Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise UsageError(f"{json_path}: cannot write ({exc.strerror or exc})") from None
-        write_text(json_path, json.dumps(dd, indent=1))
+    _write(json_path, lambda: json.dumps(dd, indent=1))
     if not quiet and json_path != "-":
         echo_text(render_diff_text, dd, width)
         click.echo(render_work_rate_text(dd, width=width or 120), nl=False)
@@ -146,6 +134,8 @@ def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, n
 
 
 def _write(path: str | None, make) -> None:
+    """``make()``'s text into ``path`` (``write_text``; a missing folder is made), or onto stdout for ``-``;
+    nothing without a path."""
     if not path:
         return
     if path != "-":

@@ -65,15 +65,11 @@ def _inventory(folder_report) -> dict | None:
 
 def load_sides(paths: list[str], config, load_side) -> tuple[list[dict], list[dict | None]]:
     """Report dicts and inventories of every capture of one side: a saved report.json is one capture (no
-    inventory); a folder holding several runs is one capture per run."""
-    from pathlib import Path
-
+    inventory); a folder holding several runs is one capture per run. ``load_side(path, config)``: a report dict,
+    or a folder report (a missing path is its error)."""
     reports: list[dict] = []
     inventories: list[dict | None] = []
     for path in paths:
-        p = Path(path)
-        if not p.exists():
-            raise UsageError(f"{path}: no such file or folder")
         count = _run_count(path, config)
         for n in range(1, count + 1):
             cfg = dataclasses.replace(config, run=n) if count > 1 else config

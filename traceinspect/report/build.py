@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
-from ..analyze.strategy import run_strategy
 from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, FindingDoc, LoaderBoundDoc, PartialStepDoc, RankDoc, ReportDoc,
@@ -201,5 +200,5 @@ def build_doc(report) -> ReportDoc:
         cross_rank=clean(report.cross_rank or {}),
         errors=list(report.errors),
         runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
-        strategy=clean(run_strategy(report.ranks).to_dict()),  # analyze/strategy.py over the rank analyses
+        strategy=clean(report.strategy.to_dict()),  # analyze/strategy.py over the rank analyses
     )

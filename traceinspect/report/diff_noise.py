@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .diff import blank_comparison, describe
+from .diff import blank_comparison, describe, judge
 
 NOT_MEASURED = ("run-to-run variation is not measured (one capture per side): the noise is the step-to-step spread "
                 "inside each run, which can be far smaller than the difference between two captures of one job")
@@ -74,16 +74,6 @@ def compare_runs(base: list[list[float]], new: list[list[float]], step_us: float
                     "note": None if measured else NOT_MEASURED}}
     if a["mean_us"] is None or b["mean_us"] is None:
         return out
-    delta = b["mean_us"] - a["mean_us"]
-    out["delta_us"] = delta
-    out["rel_change"] = delta / a["mean_us"] if a["mean_us"] else None
-    out["share_of_step"] = delta / step_us if step_us else None
     sea, seb = _se2(a, b["between_var"]), _se2(b, a["between_var"])
-    if sea is None or seb is None:
-        return out
-    se = math.sqrt(sea + seb)
-    floor = min_share * step_us if step_us else 0.0
-    sig = abs(delta) > se_factor * se and abs(delta) > floor
-    out.update({"se_us": se, "noise_us": se_factor * se, "threshold_us": max(se_factor * se, floor),
-                "significant": bool(sig), "change": ("up" if delta > 0 else "down") if sig else "none"})
-    return out
+    se = math.sqrt(sea + seb) if sea is not None and seb is not None else None
+    return judge(out, a["mean_us"], b["mean_us"], se, step_us, se_factor, min_share)

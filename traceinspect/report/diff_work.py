@@ -85,6 +85,7 @@ RATE_PER = {"cpu_per_launch_us": "launch_count", "host_per_launch_us": "launch_c
 # A count or byte total per step counts as changed when it moved by more than this share of the larger side and by
 # at least half a unit per step, and by more than the spread of its run means on either side.
 WORK_TOLERANCE = 0.02
+WORK_FLOOR = 0.5
 # A rate counts as changed when it moved by more than this share.
 RATE_TOLERANCE = 0.05
 
@@ -117,7 +118,7 @@ def work_rows(base: list[list[dict]], new: list[list[dict]]) -> list[dict]:
     rows = []
     for m in WORK:
         a, b = side_value(base, m.get), side_value(new, m.get)
-        ch = _changed(a, b, WORK_TOLERANCE, 0.5)
+        ch = _changed(a, b, WORK_TOLERANCE, WORK_FLOOR)
         if ch is None:
             continue
         rows.append({"key": m.key, "label": m.label, "unit": m.unit, "base": a["value"], "new": b["value"],
@@ -173,8 +174,7 @@ def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: i
     for n in set(a) | set(b):
         ca, ta, sa = a.get(n, (0.0, 0.0, 0.0))
         cb, tb, sb = b.get(n, (0.0, 0.0, 0.0))
-        delta = cb - ca
-        if abs(delta) >= 0.5 and abs(delta) > WORK_TOLERANCE * max(ca, cb) and abs(delta) > max(sa, sb):
+        if _changed({"value": ca, "spread": sa}, {"value": cb, "spread": sb}, WORK_TOLERANCE, WORK_FLOOR):
             changed.append({"name": n, "base_count": ca, "new_count": cb, "base_us": ta, "new_us": tb,
                             "delta_us": tb - ta})
         elif ca and cb:
