@@ -44,8 +44,9 @@ import re
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import quoted
+from .takes import Estimate
 
 COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import msgspec
 
-from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from .takes import Estimate
 
 FIX = (
     'scaler = torch.amp.GradScaler("cuda", enabled=(amp_dtype == torch.float16))  # off for bf16\n'

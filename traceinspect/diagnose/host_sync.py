@@ -40,8 +40,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import mean, pageable_mask, quoted, shown, step_ids
+from .takes import Column
 
 FIX = (
     "running_loss += loss.detach()               # instead of loss.item() every step\n"

@@ -42,8 +42,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import first_window, mean, step_ids, thread_cpu_per_step
+from .takes import Column
 
 FIX = (
     'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n'

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import quoted, shown
+from .takes import Estimate
 
 FIX = (
     "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"

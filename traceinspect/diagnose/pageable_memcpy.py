@@ -33,9 +33,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Custom, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import gbps, mean, pageable_mask, step_ids
 from .bounds import col, per_step
+from .takes import Custom
 
 FIX = (
     "loader = DataLoader(dataset, ..., pin_memory=True)\n"

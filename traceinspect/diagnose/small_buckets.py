@@ -40,7 +40,8 @@ import math
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from .takes import Estimate
 
 U = msgspec.UNSET
 Unset = msgspec.UnsetType

@@ -37,7 +37,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from .takes import Estimate
 
 FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
