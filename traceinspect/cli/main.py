@@ -201,7 +201,7 @@ def rules() -> None:
 
 @cli.command()
 @click.argument("rule_id")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE", help="Show the values as `report --set` would.")
+@settings_option("Show the values as `report --set` would.")
 def explain(rule_id, settings) -> None:
     """Print one rule's documentation (what it detects, the condition, why it matters, the fix) and the thresholds
     it reads with their current values."""
@@ -225,8 +225,8 @@ def explain(rule_id, settings) -> None:
             value, was = getattr(chosen, n), getattr(default, n)
             changed = "" if value == was else f" (default {was})"
             click.echo(f"  {n} = {value}{changed}")
-            if reason(n):
-                click.echo(textwrap.fill(reason(n), 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            if why := reason(n):
+                click.echo(textwrap.fill(why, 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
 
 
 @cli.command()
