@@ -27,6 +27,14 @@ if importlib.util.find_spec("traceinspect") is None:  # running from a checkout 
 
 from cpu_capture import capture_cpu  # noqa: E402  (tests/ is on sys.path under pytest)
 
+try:  # property tests check results, not how fast one example runs: a busy 2-core machine must not fail them
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("traceinspect", deadline=None)
+    _hypothesis_settings.load_profile("traceinspect")
+except ImportError:  # the property tests skip without hypothesis
+    pass
+
 
 def pytest_configure(config) -> None:
     """Every cache the suite writes goes to a temporary folder: never ~/.cache, never fixtures/ or a trace folder.
