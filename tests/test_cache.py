@@ -256,3 +256,22 @@ def test_cached_report_names_the_files_as_given_from_another_folder(tmp_path, mo
         assert d["source"] == rel
         assert all(f.startswith(rel + "/") for r in d["ranks"] for f in r["files"]), rel
     assert folder.is_dir()
+
+
+def test_the_open_store_is_held_and_a_removed_folder_is_made_again(tmp_path):
+    """One process keeps one store open between entries (no folder check or index connection per entry); a
+    folder removed meanwhile is made again by the next write, and a new report checks the folder afresh."""
+    cfg = Config(cache_dir=str(tmp_path / "cache"))
+    cache._write(cfg, "report-a.json", bytes(100))
+    first = cache._store(cfg)
+    cache._write(cfg, "report-b.json", bytes(100))
+    assert cache._store(cfg) is first
+    assert cache._read(cfg, "report-a.json") == bytes(100)
+    shutil.rmtree(tmp_path / "cache")
+    cache._write(cfg, "report-c.json", bytes(100))
+    assert cache._store(cfg) is not first
+    assert cache._read(cfg, "report-c.json") == bytes(100)
+    assert (tmp_path / "cache" / f"v{cache.FORMAT}" / "report-c.json").is_file()
+    (tmp_path / "cache").chmod(0o777)
+    assert "writable by group or others" in cache.refusal(cfg)
+    assert cache._read(cfg, "report-c.json") is None  # refused: no store is held for it any more

@@ -25,8 +25,10 @@ from traceinspect.analyze.cross_rank import cross_rank_analysis
 from traceinspect.load.reader import load
 from traceinspect.diagnose import exposed_comm, get_rule, small_buckets, straggler, sync_every_microstep
 
+from conftest import STRAGGLER_ITEM_DELAY_MS
 from public_traces import DDP_2RANK, DIFF_CONTROL, need, only_file, raw_events
 
+pytestmark = pytest.mark.timing
 NOCACHE = Config(use_cache=False, workers=1)
 MIB = 1024 * 1024
 
@@ -44,12 +46,12 @@ SPECS = {
     "tiny_buckets": (2, {"bucket_cap_mb": 0.05, "no_sync": False}),
     # sync-every-microstep fires; no slow rank (the straggler control)
     "default_sync": (2, {"bucket_cap_mb": 25.0, "no_sync": False}),
-    # no_sync on all micro-batches but the last (the sync-every-microstep twin), rank 1's loader sleeps 2 ms
-    # per sample (8 samples x 4 micro-batches: 64 ms per step), only on rank 1
-    "slow_rank_2": (2, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 1, "item_delay_ms": 2.0}),
-    "slow_rank_4": (4, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 2, "item_delay_ms": 2.0}),
+    # no_sync on all micro-batches but the last (the sync-every-microstep twin), rank 1's loader sleeps 12 ms
+    # per sample (8 samples x 4 micro-batches: 384 ms per step), only on rank 1
+    "slow_rank_2": (2, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 1, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS}),
+    "slow_rank_4": (4, {"bucket_cap_mb": 25.0, "no_sync": True, "slow_rank": 2, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS}),
 }
-INJECTED_DELAY_US = 8 * 2.0 * 4 * 1000  # batch_size x item_delay_ms x accum_steps
+INJECTED_DELAY_US = 8 * STRAGGLER_ITEM_DELAY_MS * 4 * 1000  # batch_size x item_delay_ms x accum_steps
 GRAD_BYTES = (48 * (64 * 64 + 64) + 64 * 2 + 2) * 4  # the deep model's fp32 gradients, from its definition
 
 
@@ -394,7 +396,7 @@ def test_straggler_names_the_slow_rank_and_its_dataloader(capture, report, name,
     # per step the median of the others, then the mean over steps; close to the mean of the others' means
     assert ev["cause"]["others_us"] < 0.2 * ev["cause"]["late_rank_us"]
     assert min(others) * 0.5 < ev["cause"]["others_us"] < max(others) * 2
-    # 8 items x 2 ms x 4 micro-batches of sleep per step on the slow rank alone
+    # 8 items x 12 ms x 4 micro-batches of sleep per step on the slow rank alone
     assert ev["cause"]["difference_us"] > 0.8 * INJECTED_DELAY_US
     assert ev["share_of_step"] >= NOCACHE.straggler_skew_share_warning
     assert "DataLoader" in f.fix and f.severity in ("warning", "critical")

@@ -133,7 +133,7 @@ def test_steps_carry_exactly_the_registered_columns(folder):
     for r in d["ranks"]:
         for s in r["steps"]:
             flat = set(s) - {"step", "wall_us", "gpu_busy_us", "breakdown_us", "totals_us", "basis", "synthetic",
-                             "collectives", "claims"}
+                             "collectives", "comm_by_kind", "claims"}
             assert flat == {c.name for c in STEP_COLUMNS if c.name in made} | ({"dataloader_us"} & set(s))
     # The column the old prefix rule dropped, documented in docs/metrics.md, is there and means what it says.
     s = d["ranks"][0]["steps"][0]

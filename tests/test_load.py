@@ -12,6 +12,7 @@ from traceinspect.config import Config
 from traceinspect.errors import NoUsableTraceError
 from traceinspect.load.reader import load
 from traceinspect.load.trace import CATEGORY_KIND, Kind
+from traceinspect.run.services import column_cache
 
 from public_traces import ALL, BERT, DDP_2RANK, DIFF_CONTROL, need, only_file, raw_events
 
@@ -73,9 +74,10 @@ def test_cache_roundtrip(tmp_path):
     src = only_file(DIFF_CONTROL)
     shutil.copy(src, tmp_path / src.name)
     cfg = Config(workers=1, cache_dir=str(tmp_path / "cache"))
-    first = load(tmp_path / src.name, cfg).ranks[0]
+    # The loader is handed its column cache by the stage runner (run/services.py); here the test hands it in.
+    first = load(tmp_path / src.name, cfg, cache=column_cache(cfg)).ranks[0]
     assert list((tmp_path / "cache").rglob("cols-*.parquet"))
-    second = load(tmp_path / src.name, cfg).ranks[0]
+    second = load(tmp_path / src.name, cfg, cache=column_cache(cfg)).ranks[0]
     for c in first.events.columns:
         a, b = first.events[c], second.events[c]
         if c in ("name", "dtype", "coll", "pg"):

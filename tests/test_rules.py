@@ -107,6 +107,7 @@ def test_dataloader_stall_quiet_with_workers():
     assert "dataloader-stall" not in findings(GPU / "big_optimized")
 
 
+@pytest.mark.timing
 def test_dataloader_stall_cpu(cpu_slow_loader_run, cpu_clean_run):
     slow = findings(cpu_slow_loader_run)
     assert "dataloader-stall" in slow and set(slow["dataloader-stall"]["ranks"]) == {0, 1}

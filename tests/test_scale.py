@@ -1,7 +1,7 @@
 """Many ranks on Dask: 24 ranks made of copies of a real 2-rank gloo capture whose rank 1 was slowed on purpose.
 
 The copies (``benchmarks/replicate_ranks.py``) keep every event as captured and only renumber the ranks: 23 copies
-of the real rank 0 and, as rank 17, the real rank 1, whose DataLoader slept 2 ms per sample. The Dask executor must
+of the real rank 0 and, as rank 17, the real rank 1, whose DataLoader slept on every sample. The Dask executor must
 give the local executor's report, name rank 17 as the straggler with the DataLoader as the cause, and its driver
 must hold per-rank summaries only (its peak memory stays far below the traces' size).
 """
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STRAGGLER_ITEM_DELAY_MS
+
 from traceinspect.config import Config
 from traceinspect.run.api import analyze_path
 
@@ -24,13 +26,15 @@ from replicate_ranks import replicate  # noqa: E402
 
 distributed = pytest.importorskip("dask.distributed", reason="dask.distributed not installed")
 
+pytestmark = pytest.mark.timing
 RANKS, SLOW_AT = 24, 17
 
 
 @pytest.fixture(scope="module")
 def source(cpu_capture_factory) -> Path:
     # The same capture as the straggler rule's tests (one capture per session serves both).
-    return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0, "item_delay_ms": 2, "slow_rank": 1})
+    return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS,
+                                                              "slow_rank": 1})
 
 
 @pytest.fixture(scope="module")

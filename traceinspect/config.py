@@ -14,7 +14,6 @@ def setting(default, why: str):
     return field(default=default, metadata={"why": why})
 
 
-
 @dataclass(frozen=True)
 class Config:
     # --- loading -----------------------------------------------------------------------------------------------
@@ -180,9 +179,10 @@ class Config:
         "captures). The part below is left uncounted.")
 
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
-    # nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms matches
-    # `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.
-    util_window_us: float = 100_000.0
+    util_window_us: float = setting(
+        100_000.0,
+        "nvidia-smi samples utilization over a period between 1/6 s and 1 s depending on the product; 100 ms "
+        "matches `nvidia-smi dmon`'s finest view on data-center GPUs and resolves step-level flicker.")
 
     # --- limits: what one trace file may cost (docs/folders.md, "Limits") --------------------------------------
     # A file past a limit is skipped with a one-line reason naming the limit; the other files still report.
@@ -216,18 +216,13 @@ class Config:
         return replace(self, **dict(parse_setting(p) for p in pairs))
 
 
-# Settings ``--set`` may change: the thresholds. Where and how to run have their own options (--workers, ...).
-_NOT_SETTABLE = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler", "run")
-# The limits bound what reading costs; they are no rule's threshold (raise one with Config(...) in the Python API).
-_NOT_SETTABLE += ("max_inflate_ratio", "min_inflate_cap_bytes", "max_event_bytes", "max_world_size")
 # Settings that no longer exist, and what replaced them: a finding's severity comes from the time it claims, on
 # one scale for every rule (docs/findings.md), so the rules' own severity lines did nothing.
 _BY_CLAIM = "severity comes from the time a finding claims"
 REMOVED = {
     **{f"{rule}_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us"
-       for rule in ("dataloader", "host_sync", "gpu_idle", "comm_exposed", "fp32_matmul")},
-    "straggler_skew_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us",
-    "launch_bound_idle_share_critical": f"{_BY_CLAIM}: use severity_critical_share / severity_critical_min_us",
+       for rule in ("dataloader", "host_sync", "gpu_idle", "comm_exposed", "fp32_matmul", "straggler_skew",
+                    "launch_bound_idle")},
     **{name: f"{_BY_CLAIM}: use severity_warning_share / severity_warning_min_us"
        for name in ("pageable_share_warning", "gradscaler_share_warning", "optimizer_share_warning",
                     "tc_alignment_narrow_share")},
@@ -244,8 +239,10 @@ def reason(name: str) -> str:
 
 
 def thresholds() -> list:
-    """The fields ``--set`` accepts (dataclass fields), in declaration order."""
-    return [f for f in fields(Config) if f.name not in _NOT_SETTABLE]
+    """The fields ``--set`` accepts (dataclass fields), in declaration order: the thresholds, each declared with
+    ``setting``. Where and how to run have their own options (--workers, ...); the limits on what one file may cost
+    are no threshold (raise one with Config(...) in the Python API)."""
+    return [f for f in fields(Config) if "why" in f.metadata]
 
 
 def parse_setting(text: str) -> tuple[str, object]:

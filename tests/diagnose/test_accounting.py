@@ -14,6 +14,7 @@ from traceinspect.config import DEFAULT, Config
 from traceinspect.diagnose.accounting import grade
 from traceinspect.run.api import analyze_path
 
+from conftest import STRAGGLER_ITEM_DELAY_MS
 from public_traces import PUBLIC
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -232,13 +233,15 @@ def test_claims_add_up_on_cpu_gloo_captures(run, request):
         assert f["time_at_stake_us"] == pytest.approx(wait, rel=1e-6)
 
 
+@pytest.mark.timing
 def test_straggler_claims_the_wait_of_the_others(cpu_capture_factory):
-    """gloo, 2 ranks, rank 1's loader sleeps 64 ms per step: the fix shortens rank 0's wait at the collectives,
+    """gloo, 2 ranks, rank 1's loader sleeps 384 ms per step: the fix shortens rank 0's wait at the collectives,
     so the claim sits on rank 0's communication time, never on rank 1's own step."""
     folder = cpu_capture_factory(preset="baseline", nproc=2, model="deep", wait=0, warmup=1, active=2,
                                  record_shapes=True,
                                  overrides={"num_workers": 0, "batch_size": 8, "accum_steps": 4, "bucket_cap_mb": 25.0,
-                                            "no_sync": True, "slow_rank": 1, "item_delay_ms": 2.0})
+                                            "no_sync": True, "slow_rank": 1,
+                                            "item_delay_ms": STRAGGLER_ITEM_DELAY_MS})
     d = analyze_path(folder, Config(use_cache=False, workers=1)).to_dict()
     _check_adds_up(d)
     f = next(f for f in d["findings"] if f["id"] == "straggler")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from _real import GPU, findings, raw_files
 
 
+@pytest.mark.timing
 def test_cpu_only_run_gets_no_pin_memory(cpu_slow_loader_run):
     # independently: the capture has no GPU activity at all
     for d in raw_files(cpu_slow_loader_run):

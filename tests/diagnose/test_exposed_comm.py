@@ -25,6 +25,7 @@ def _grad_allreduces_per_pass(folder) -> set:
     return counts
 
 
+@pytest.mark.timing
 def test_one_bucket_per_round_gets_smaller_buckets_not_bigger(cpu_baseline_run):
     f = findings(cpu_baseline_run)["exposed-comm"]
     per = f["evidence"]["per_rank"][0]
@@ -48,6 +49,7 @@ def test_exposed_time_outside_the_gradient_tail_names_the_collectives():
     assert "bucket_cap_mb" not in f["fix"]
 
 
+@pytest.mark.timing
 def test_exposed_comm_time_by_collective_is_the_gloo_work(cpu_baseline_run):
     d = report(cpu_baseline_run)
     f = next(x for x in d["findings"] if x["id"] == "exposed-comm")

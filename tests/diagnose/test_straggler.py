@@ -8,12 +8,16 @@ import re
 import pytest
 
 from _real import findings, raw_files, steps_of, union_us
+from conftest import STRAGGLER_ITEM_DELAY_MS
+
+pytestmark = pytest.mark.timing
 
 
 @pytest.fixture(scope="module")
 def slow_rank_run(cpu_capture_factory):
-    """Rank 1's in-process loader sleeps 2 ms per sample; rank 0's does not."""
-    return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0, "item_delay_ms": 2, "slow_rank": 1})
+    """Rank 1's in-process loader sleeps per sample; rank 0's does not."""
+    return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0, "item_delay_ms": STRAGGLER_ITEM_DELAY_MS,
+                                                              "slow_rank": 1})
 
 
 def _loader_us_per_step(raw: dict) -> float:

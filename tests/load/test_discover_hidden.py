@@ -67,12 +67,14 @@ def test_our_cache_inside_a_trace_folder_is_passed_over_and_listed(tmp_path):
 
 
 def _as_other_user(args: list[str], cwd: str) -> subprocess.CompletedProcess:
-    """Run the CLI where permissions hold: as ``nobody`` when the tests run as root (root reads any folder)."""
+    """Run the CLI where permissions hold: as root, without the two capabilities that let root read any folder
+    (still root, so the checkout and its environment stay readable wherever they are)."""
     cmd = [sys.executable, "-m", "traceinspect", *args]
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):
-            pytest.skip("needs setpriv to drop root")
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+            pytest.skip("needs setpriv to drop root's read-any-folder capabilities")
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 

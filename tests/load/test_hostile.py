@@ -19,7 +19,7 @@ import pytest
 from traceinspect.config import Config
 from traceinspect.load.reader import load
 
-from hostile import gzip_bomb, peak_rss, read_trace, report_cmd, sparse_tail, write_trace
+from hostile_inputs import gzip_bomb, peak_rss, read_trace, report_cmd, sparse_tail, write_trace
 
 GIB = 1 << 30
 BOUND = GIB  # far above a report of these files (~130 MB) and far below what the bombs cost before

@@ -1,4 +1,4 @@
-"""Names are data in every renderer: a hostile copy of a real fixture (``hostile.py``: op and device names, a file
+"""Names are data in every renderer: a hostile copy of a real fixture (``hostile_names.py``: op and device names, a file
 name and the folder path holding terminal escapes, OSC-8 links, rich markup, HTML, ``</script>``, Markdown, mathtext
 and a 1 MB name) renders as text everywhere, bounded, and the JSON report keeps every name whole."""
 
@@ -18,7 +18,7 @@ from traceinspect.render.markdown import render_markdown
 from traceinspect.render.text import render_text
 from traceinspect.run.api import analyze_path
 
-from hostile import BAD_FILE, BIG, EVIL, FIXTURE, hostile_folder
+from hostile_names import BAD_FILE, BIG, EVIL, FIXTURE, hostile_folder
 
 # Any control character but the newline: nothing of the kind may reach a terminal or a page from a name.
 CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

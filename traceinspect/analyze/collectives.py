@@ -29,9 +29,10 @@ import pandas as pd
 
 from .attribution import CategoryView, is_comm_kernel, name_mask
 from .buckets import assign_phase, assign_rounds, backward_passes
-from .comm_names import (BUSBW_FACTOR, DTYPE_BYTES, NOT_COLLECTIVES, _dims_nelems, _first_type,  # noqa: F401
-                         busbw_factor, dtype_bytes, kernel_collective, normalize_collective)
-from .comm_steps import _total_columns, step_columns  # noqa: F401
+from .comm_names import (BUSBW_FACTOR, DTYPE_BYTES, GLOO_EXECUTES, NOT_COLLECTIVES, _dims_nelems,  # noqa: F401
+                         _first_type, busbw_factor, dtype_bytes, input_argument, is_collective_op, kernel_collective,
+                         normalize_collective)
+from .comm_steps import _total_columns, kind_table, step_columns  # noqa: F401
 from .events import step_at
 from .links import launch_calls
 from .nesting import _enclosing, _frame, _nested
@@ -98,8 +99,7 @@ def _issues(ev: pd.DataFrame) -> pd.DataFrame:
     nccl_ann = np.flatnonzero((kind == int(Kind.USER_ANNOTATION))
                               & name_mask(ev, lambda s: s.startswith(("nccl:", "rccl:"))))
     c10d = np.flatnonzero((kind == int(Kind.CPU_OP)) & name_mask(
-        ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and normalize_collective(s) not in NOT_COLLECTIVES
-        and "wait" not in s))
+        ev, lambda s: s.startswith(("c10d::", "_c10d_functional::")) and is_collective_op(s)))
     fR, fA, fC = _frame(ev, R), _frame(ev, nccl_ann), _frame(ev, c10d)
     if len(fA):
         inside_r = _enclosing(fR, fA) >= 0
@@ -146,7 +146,7 @@ def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
             dt = a.dtype[r]
         else:
             nm = normalize_collective(a.names[r])
-            nel = _dims_nelems(a.in_dims[r])
+            nel = _dims_nelems(a.in_dims[r], input_argument(a.names[r], nm))
             dt = _first_type(a.in_types[r])
         recs.append(_row(
             **a.recorded(r, nm, int(nel) if nel is not None and nel >= 0 else -1, dt),
@@ -242,19 +242,18 @@ def _pair_gloo(ev: pd.DataFrame, recs: list[dict]) -> None:
                 exec_dur=float(gdur_all[x["row"]]),
             ))
         return
-    for nm, gg in g.groupby("name", sort=False):
-        mine = [i for i in pending if recs[i]["name"] == nm]
-        gts, grow, gwin = gg["ts"].to_numpy(), gg["row"].to_numpy(), gg["window"].to_numpy()
-        j = 0
-        for i in mine:
-            rec = recs[i]
-            # the work runs after it is issued, in the same window; earlier annotations are orphans
-            while j < len(gts) and (gwin[j] != rec["window"] or gts[j] < rec["cpu_ts_us"] - 1.0):
-                if gwin[j] > rec["window"]:
-                    break
-                j += 1
-            if j >= len(gts) or gwin[j] != rec["window"]:
+    # Each pending row, in issue order, takes the first unused annotation of a name that can execute it (its own
+    # kind first), that starts after it was issued, in the same window; earlier annotations are orphans.
+    ann = {nm: (gg["ts"].to_numpy(), gg["row"].to_numpy(), gg["window"].to_numpy(), [0])
+           for nm, gg in g.groupby("name", sort=False)}
+    for i in sorted(pending, key=lambda i: recs[i]["cpu_ts_us"]):
+        rec = recs[i]
+        for ann_name in [rec["name"], *(a for a, ks in GLOO_EXECUTES.items() if rec["name"] in ks and a != rec["name"])]:
+            j = _next_annotation(ann.get(ann_name), rec)
+            if j is None:
                 continue
+            gts, grow, _, ptr = ann[ann_name]
+            ptr[0] = j + 1
             rec["backend"] = "gloo"
             rec["exec_ts"] = float(gts[j])
             rec["exec_dur"] = float(gdur_all[grow[j]])
@@ -262,7 +261,22 @@ def _pair_gloo(ev: pd.DataFrame, recs: list[dict]) -> None:
                 rec["nelems"] = _dims_nelems(in_dims[grow[j]])
             if rec["dtype"] is None:
                 rec["dtype"] = _first_type(in_types[grow[j]])
-            j += 1
+            break
+
+
+def _next_annotation(ann, rec: dict):
+    """Index of the first unused gloo annotation of ``ann`` (ts, row, window, [next unused]) that starts after
+    ``rec`` was issued, in its window; None if there is none (the pointer skips the orphans before it)."""
+    if ann is None:
+        return None
+    gts, _, gwin, ptr = ann
+    j = ptr[0]
+    while j < len(gts) and (gwin[j] < rec["window"] or (gwin[j] == rec["window"] and gts[j] < rec["cpu_ts_us"] - 1.0)):
+        j += 1
+    ptr[0] = j
+    if j >= len(gts) or gwin[j] != rec["window"]:
+        return None
+    return j
 
 
 def _unclaimed_kernel_rows(ev: pd.DataFrame, kernels: list[int], lrows: np.ndarray, krows: np.ndarray) -> list[dict]:
@@ -368,7 +382,7 @@ def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config =
         for c in ("bytes", "nelems", "group_size", "seq", "step"):
             table[c] = table[c].astype(np.int64)
         table["grad"] = table["grad"].astype(bool)
-    tables = {"collectives": table, "backward_passes": passes.assign(
+    tables = {"collectives": table, "comm_by_kind": kind_table(table), "backward_passes": passes.assign(
         step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])}
     cols = step_columns(coll, step_table, rank, steps, passes, config)
     return RankPart(tables=tables, columns={c: cols[c].to_numpy() for c in cols.columns})

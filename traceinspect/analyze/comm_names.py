@@ -41,6 +41,18 @@ BUSBW_FACTOR = {
 
 NOT_COLLECTIVES = frozenset({"wait", "", "unknown"})
 
+#: The kinds a collective is normalized to. A ``c10d::`` / ``_c10d_functional::`` op whose name is none of these
+#: (``_c10d_functional::_wrap_tensor_autograd``, which wraps a result for autograd) moves no data: not a collective.
+KINDS = ("allreduce", "allgather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
+         "send", "recv", "barrier")
+
+#: Point-to-point transfers: between two ranks, not the whole group (never matched across ranks as a collective).
+POINT_TO_POINT = frozenset({"send", "recv"})
+
+#: The kinds each gloo work annotation can execute: gloo runs FSDP2's reduce-scatter (``_reduce_scatter_base_``)
+#: as an all-reduce of the full input, so a ``gloo:all_reduce`` is a reduce-scatter's execution as well.
+GLOO_EXECUTES = {"allreduce": ("allreduce", "reduce_scatter")}
+
 
 def normalize_collective(name) -> str:
     """'c10d::allreduce_', 'nccl:all_reduce', '_allgather_base', 'AllReduce' ... -> 'allreduce', 'allgather'..."""
@@ -100,17 +112,31 @@ def busbw_factor(name: str, n) -> float:
     return float(f(int(n)))
 
 
-def _dims_nelems(text) -> int:
-    """Elements of the first argument of an ``Input Dims`` JSON text ([[8, 1024]] or a TensorList [[[16770]]])."""
+def is_collective_op(name: str) -> bool:
+    """A ``c10d::`` / ``_c10d_functional::`` op that is a collective: its normalized name is one of ``KINDS``, and
+    it is not a wait on one (a name holding ``wait``)."""
+    return normalize_collective(name) in KINDS and "wait" not in name
+
+
+def input_argument(op_name: str, kind: str) -> int:
+    """Which argument of the issuing op is the collective's input buffer: ``c10d::`` reduce-scatters take
+    ``(output, input, ...)`` and are sized by their full input (docs/communication.md); everything else by its
+    first argument (all-gather's gathered output, the functional collectives' input)."""
+    return 1 if kind == "reduce_scatter" and str(op_name).startswith("c10d::") else 0
+
+
+def _dims_nelems(text, arg: int = 0) -> int:
+    """Elements of argument ``arg`` (the first by default) of an ``Input Dims`` JSON text ([[8, 1024]] or a
+    TensorList [[[16770]]])."""
     if not isinstance(text, (str, bytes)) or not text:
         return -1
     try:
         dims = json.loads(text)
     except ValueError:
         return -1
-    if not isinstance(dims, list) or not dims:
+    if not isinstance(dims, list) or len(dims) <= arg:
         return -1
-    first = dims[0]
+    first = dims[arg]
     if not isinstance(first, list) or not first:
         return -1
     if all(isinstance(d, int) for d in first):

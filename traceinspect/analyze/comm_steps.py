@@ -46,6 +46,28 @@ def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, st
     return out.reset_index(drop=True)
 
 
+KIND_COLUMNS = ["step", "name", "pg", "count", "bytes", "unknown_size_count", "time_us"]
+
+
+def kind_table(coll: pd.DataFrame) -> pd.DataFrame:
+    """Per step, collective kind and process group (``pg``, None where the trace does not name it): count, bytes
+    (NaN if any size is unknown), collectives of unknown size, and execution time (sum of ``dur_us``). Rows in
+    step order, then kind, then group; the steps' collectives only (``step >= 0``)."""
+    c = coll[coll["step"] >= 0] if len(coll) else coll
+    if not len(c):
+        return pd.DataFrame({k: pd.Series(dtype=object) for k in KIND_COLUMNS})
+    c = c.assign(_pg=c["pg"].where(c["pg"].notna(), ""), _b=c["bytes"].astype(float),
+                 _u=(c["bytes"] < 0).astype(np.int64), _d=c["dur_us"].astype(float))
+    g = c.groupby(["step", "name", "_pg"], sort=True).agg(count=("_b", "size"), bytes=("_b", "sum"),
+                                                          unknown_size_count=("_u", "sum"),
+                                                          time_us=("_d", lambda x: x.sum(min_count=1)))
+    g.loc[g["unknown_size_count"] > 0, "bytes"] = np.nan
+    g = g.reset_index().rename(columns={"_pg": "pg"})
+    g["pg"] = g["pg"].where(g["pg"] != "", None)
+    g["step"] = g["step"].astype(np.int64)
+    return g[KIND_COLUMNS]
+
+
 def _sums(g: pd.DataFrame) -> pd.DataFrame:
     """Per step: calls, bytes (NaN when a size is unknown), time, time in small messages, smallest size and
     duration, group size."""

@@ -9,7 +9,8 @@ relative to the earliest ``base_ns``, so no precision is lost to epoch-sized num
 
 Matching: by ``(process group, Seq)`` when every rank's records carry ``Seq`` for that group (newer torch), else by
 order within ``(step, process group, collective name)``. A collective some ranks lack is listed under
-``unmatched``, never an error.
+``unmatched``, never an error. Point-to-point transfers (send, recv: a pipeline's activations and gradients) join
+two ranks, not the group, and are not matched at all (``point_to_point`` counts them).
 
 Arrival at a collective: the start of its execution (NCCL kernel or gloo work) on each rank when every rank has
 one, else the CPU issue time. ``skew_us`` = latest arrival - earliest; the rank with the latest arrival is
@@ -25,6 +26,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from .comm_names import POINT_TO_POINT
 from .intervals import union_length
 
 # Per-step numbers compared between the late rank and the others to name the cause (column, label). Only work
@@ -64,7 +66,8 @@ def _all_collectives(ranks) -> pd.DataFrame:
         c = ra.tables.get("collectives")
         if c is None or not len(c):
             continue
-        c = c[c["step"] >= 0]
+        # Point-to-point transfers (a pipeline's send/recv) pair two ranks, not the group: never one collective.
+        c = c[(c["step"] >= 0) & ~c["name"].isin(POINT_TO_POINT)]
         if not len(c):
             continue
         base = (int(ra.base_ns) - base0) / 1000.0
@@ -87,11 +90,22 @@ def _all_collectives(ranks) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _point_to_point(ranks) -> int:
+    """Sends and receives of every rank in its steps: left out of the matching."""
+    n = 0
+    for ra in ranks:
+        c = ra.tables.get("collectives")
+        if c is not None and len(c):
+            n += int(((c["step"] >= 0) & c["name"].isin(POINT_TO_POINT)).sum())
+    return n
+
+
 def cross_rank_analysis(ranks, config=None) -> dict:
     rank_ids = sorted(ra.rank for ra in ranks)
     result: dict = {
         "ranks": rank_ids, "match_by": None, "matched": 0, "unmatched_count": 0, "unmatched": [],
         "collectives": [], "per_rank": [], "per_step": [], "wait": [], "straggler": None,
+        "point_to_point": _point_to_point(ranks),
     }
     df = _all_collectives(ranks)
     if not len(df):

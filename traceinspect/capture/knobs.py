@@ -60,8 +60,9 @@ class WorkloadConfig:
     amp: str = "none"                  # autocast dtype: none | bf16 | fp16 (torch.autocast, not torch.cuda.amp)
     grad_scaler: str = "auto"          # GradScaler: auto (only with fp16) | on (also with bf16: the mistake) | off
     clip_grad: float = 0.0             # clip_grad_norm_ max norm; 0 = no clipping
-    optimizer_impl: str = "single"     # AdamW implementation: single (foreach=False, per-parameter) | foreach | fused
-    lr: float = 1e-3                   # AdamW learning rate
+    optimizer: str = "adamw"           # optimizer class: adamw (torch.optim.AdamW) | sgd (torch.optim.SGD, momentum 0.9)
+    optimizer_impl: str = "single"     # optimizer implementation: single (foreach=False, per-parameter) | foreach | fused
+    lr: float = 1e-3                   # learning rate
     zero_grad_set_to_none: bool = False  # optimizer.zero_grad(set_to_none=...): False memsets every gradient
     tf32: bool = False                 # CUDA: TF32 matmuls (torch.set_float32_matmul_precision("high"))
     compile: str = "none"              # torch.compile the DDP model: none | default (fused kernels) | reduce-overhead (CUDA graphs)
@@ -73,6 +74,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model": ("mlp", "transformer", "deep"),
     "amp": ("none", "bf16", "fp16"),
     "grad_scaler": ("auto", "on", "off"),
+    "optimizer": ("adamw", "sgd"),
     "optimizer_impl": ("single", "foreach", "fused"),
     "compile": ("none", "default", "reduce-overhead"),
 }

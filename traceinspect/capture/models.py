@@ -131,10 +131,12 @@ def build_model(cfg: WorkloadConfig):
 
 
 def build_optimizer(cfg: WorkloadConfig, params):
-    """AdamW in the chosen implementation: single (per-parameter loop), foreach, or fused."""
+    """AdamW (or SGD with momentum 0.9) in the chosen implementation: single (per-parameter loop), foreach, or fused."""
     import torch
 
     impl = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, **impl[cfg.optimizer_impl])
     return torch.optim.AdamW(params, lr=cfg.lr, **impl[cfg.optimizer_impl])
 
 

@@ -1,7 +1,8 @@
 """``traceinspect diff BASE NEW``: what changed between two runs, and whether it is more than noise.
 
-BASE and NEW are each a folder of traces (or one trace file) or a saved ``report.json``. The comparison itself is
-``traceinspect.report.diff.diff_reports`` (pure); this module loads, renders and handles errors (one line, exit 2).
+BASE and NEW are each a folder of traces (or one trace file) or a saved ``report.json``; several captures a side
+as ``BASE... -- NEW...`` (``cli/diff_sides.py``). The comparison itself is ``traceinspect.report.diff_runs.diff_runs``
+(pure; docs/diff.md); this module loads, renders, gates (exit 1) and handles errors (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from ..render.diff_text import render_diff_text  # noqa: F401  (the diff's text 
 from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
                       settings_option, width_option, workers_option)
 from .output import write_text
+from ..render.diff_pages import render_diff_html, render_diff_markdown
+from ..render.diff_work_text import render_gate_line, render_work_rate_text
+from .diff_sides import SplitCommand, load_sides, split_sides
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"traceinspect\.report/')
 _MAX_SNIFF = 256 << 20  # a .json file larger than this that does not start like a report is taken as a trace
@@ -49,8 +53,8 @@ def _is_report_file(p: Path) -> bool:
     return False
 
 
-def load_side(path: str, config=None) -> dict:
-    """A report dict from a saved report.json, or from a folder (or file) of traces through ``report_folder``."""
+def _load_one(path: str, config=None):
+    """A saved report.json as a dict, or a folder (or file) of traces as ``report_folder``'s result."""
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such file or folder")
@@ -60,7 +64,7 @@ def load_side(path: str, config=None) -> dict:
     from ..config import DEFAULT
     from ..run import report_folder
 
-    return report_folder(str(p), config or DEFAULT).to_dict()
+    return report_folder(str(p), config or DEFAULT)
 
 
 def _parse_pairs(values) -> list[tuple[int, int]]:
@@ -73,10 +77,16 @@ def _parse_pairs(values) -> list[tuple[int, int]]:
     return out
 
 
-@click.command()
-@click.argument("base", type=click.Path(path_type=str))
-@click.argument("new", type=click.Path(path_type=str))
+@click.command(cls=SplitCommand)
+@click.argument("paths", nargs=-1, required=True, metavar="BASE NEW | BASE... -- NEW...")
 @click.option("--json", "json_path", metavar="PATH", help="Write the diff as JSON to PATH ('-' for stdout).")
+@click.option("--markdown", "md_path", metavar="PATH", help="Write the diff as Markdown to PATH.")
+@click.option("--html", "html_path", metavar="PATH", help="Write the diff as a self-contained HTML page to PATH.")
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
+              help="Exit 1 when NEW's step is slower than BASE's by more than PCT % and beyond the noise, and the "
+                   "work explains it (docs/diff.md); what tripped it is printed.")
+@click.option("--count-machine", is_flag=True,
+              help="With --fail-on-regression: a slower step with the same work (a machine difference) trips too.")
 @click.option("--pair", "pairs", multiple=True, metavar="BASE:NEW",
               help="Compare base rank BASE with new rank NEW (repeatable); default: ranks with the same id.")
 @no_cache_option
@@ -85,29 +95,52 @@ def _parse_pairs(values) -> list[tuple[int, int]]:
 @workers_option
 @width_option
 @quiet_option
-def diff(base, new, json_path, pairs, no_cache, cache_dir, settings, workers, width, quiet) -> None:
-    """Compare two runs: BASE and NEW are each a folder of traces or a saved report.json.
+def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, no_cache, cache_dir, settings,
+         workers, width, quiet) -> None:
+    """Compare two runs: BASE and NEW are each a folder of traces or a saved report.json; several captures of
+    each side as BASE1 BASE2 -- NEW1 NEW2 (or a folder holding several runs).
 
-    Per rank and category: the change in mean step time, its step-to-step spread, and whether the change is
-    larger than the noise (|delta| > 2 x Welch standard error and > 1 % of the step); then the findings that
-    disappeared, appeared or changed severity. Exit 2 with one line on bad input.
+    What the program did (work: kernels, launches, copies, collectives, batches, syncs) and how fast (rate: time
+    per launch and per kernel, waits), and which explains the step-time change; per rank and category: the change
+    in mean step time, its spread, and whether the change is larger than the noise (|delta| > 2 x standard error
+    and > 1 % of the step; between captures too, given several); then the findings that disappeared, appeared or
+    changed severity. Exit 1 when --fail-on-regression trips, 2 with one line on bad input.
     """
-    from ..report.diff import diff_reports
+    from ..report.diff_runs import diff_runs
 
+    if count_machine and fail_pct is None:
+        raise UsageError("--count-machine needs --fail-on-regression PCT")
+    base, new = split_sides(paths)
     pair_list = _parse_pairs(pairs)
     config = run_config(no_cache, workers, cache_dir, settings)
-    a = load_side(base, config)
-    b = load_side(new, config)
+    a, inv_a = load_sides(base, config, _load_one)
+    b, inv_b = load_sides(new, config, _load_one)
     try:
-        dd = diff_reports(a, b, pair_list or None)
+        dd = diff_runs(a, b, pair_list or None, inventories=(inv_a, inv_b), fail_on_regression=fail_pct,
+                       count_machine=count_machine)
     except ValueError as exc:
         raise UsageError(f"--pair: {exc}") from None
-    if json_path:
-        if json_path != "-":
-            try:
-                Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise UsageError(f"{json_path}: cannot write ({exc.strerror or exc})") from None
-        write_text(json_path, json.dumps(dd, indent=1))
+    _write(md_path, lambda: render_diff_markdown(dd))
+    _write(html_path, lambda: render_diff_html(dd))
+    _write(json_path, lambda: json.dumps(dd, indent=1))
     if not quiet and json_path != "-":
         echo_text(render_diff_text, dd, width)
+        click.echo(render_work_rate_text(dd, width=width or 120), nl=False)
+    gate = dd.get("gate")
+    if gate is not None:
+        click.echo(render_gate_line(gate), err=quiet or json_path == "-")
+        if gate["tripped"]:
+            raise SystemExit(1)
+
+
+def _write(path: str | None, make) -> None:
+    """``make()``'s text into ``path`` (``write_text``; a missing folder is made), or onto stdout for ``-``;
+    nothing without a path."""
+    if not path:
+        return
+    if path != "-":
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    write_text(path, make())

@@ -22,7 +22,7 @@ import traceback
 
 import click
 
-from ..render.safe import clip, path, visible
+from ..render.safe import one_line, path
 
 from ..errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, TraceInspectError
 
@@ -38,11 +38,6 @@ def say(line: str) -> None:
         click.echo(path(f"traceinspect: {line}"), err=True)  # one line, control characters made visible
     except OSError:
         pass  # stderr gone too: the exit code is all that is left
-
-
-def _one_line(text, limit: int = 300) -> str:
-    """An exception's message as one printable line (it may quote a name from a trace)."""
-    return clip(visible(" ".join(str(text).split())), limit)
 
 
 def save_traceback(exc: BaseException) -> str | None:
@@ -135,7 +130,7 @@ def run(command, argv: list[str] | None) -> int:
 def _internal(exc: BaseException) -> int:
     where = save_traceback(exc)
     saved = f"; the full traceback is in {where}" if where else "; the traceback could not be saved"
-    say(f"internal error ({type(exc).__name__}: {_one_line(exc)}){saved}. Please report it with that file.")
+    say(f"internal error ({type(exc).__name__}: {one_line(exc, 300)}){saved}. Please report it with that file.")
     return EXIT_INTERNAL
 
 

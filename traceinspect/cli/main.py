@@ -7,15 +7,15 @@ are ``options.py``'s, the writing of documents ``output.py``'s.
 
 from __future__ import annotations
 
-
 import sys
 
 import click
 
 from ..errors import EXIT_FINDING, UsageError
+from ..render.safe import path as shown
 from . import exits
-from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
-                      settings_option, width_option, workers_option)
+from .options import (cache_dir_option, check_readable_input, echo_text, html_option, markdown_option, no_cache_option,
+                      out_option, quiet_option, run_config, settings_option, width_option, workers_option)
 from .output import check_targets, dumps, one_stdout, write_documents, write_text
 
 
@@ -41,8 +41,7 @@ def _progress_factory(paths_total: int, enabled: bool):
 
     state = {"done": 0, "t0": time.monotonic(), "stage": "reading"}
     if not sys.stderr.isatty():
-        def say(line: str) -> None:
-            click.echo(f"traceinspect: {line}", err=True)
+        say = exits.say
 
         def update(_path: str, nbytes: int, _total: int) -> None:
             state["done"] += nbytes
@@ -89,10 +88,9 @@ class _BarObserver:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--json", "json_path", metavar="PATH", help="Write the JSON report to PATH ('-' for stdout).")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
-@click.option("--html", "html_path", metavar="PATH",
-              help="Write a self-contained HTML report to PATH ('-' for stdout).")
-@click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
+@markdown_option
+@html_option
+@out_option
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 when a finding reaches this severity (docs/findings.md); the findings that did are printed.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
@@ -129,7 +127,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
     for line in sections.skipped(d):
-        click.echo(f"traceinspect: skipped {line}", err=True)
+        exits.say(f"skipped {line}")
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
     if json_path:
@@ -139,7 +137,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         from ..render.tensorboard import write_tensorboard
 
         where = write_tensorboard(d, tb_dir or path)
-        click.echo(f"traceinspect: TensorBoard summaries written to {where}", err=True)
+        exits.say(f"TensorBoard summaries written to {where}")
     if not quiet and not on_stdout:
         echo_text(render_text, d, width)
     if fail_on:
@@ -153,11 +151,11 @@ def _fail_on(d: dict, level: str) -> None:
     tripped = [f for f in d["findings"] if severity_rank(f["severity"]) >= severity_rank(level)]
     if not tripped:
         return
-    click.echo(f"traceinspect: --fail-on {level}: {len(tripped)} finding(s) at or above {level}:", err=True)
+    exits.say(f"--fail-on {level}: {len(tripped)} finding(s) at or above {level}:")
     for f in tripped:
         at = f.get("time_at_stake_us")
         stake = f", {at / 1000:.2f} ms/step at stake" if at else ""
-        click.echo(_shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
+        click.echo(shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
     raise SystemExit(EXIT_FINDING)
 
 
@@ -172,10 +170,9 @@ def _load_report(path: str) -> dict:
 
 @cli.command()
 @click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
-@click.option("--html", "html_path", metavar="PATH",
-              help="Write the self-contained HTML report to PATH ('-' for stdout).")
-@click.option("--markdown", "md_path", metavar="PATH", help="Write the Markdown report to PATH ('-' for stdout).")
-@click.option("--out", "out_dir", metavar="DIR", help="Write report.md and the plots into DIR.")
+@html_option
+@markdown_option
+@out_option
 @width_option
 @quiet_option
 def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
@@ -199,12 +196,12 @@ def rules() -> None:
     for mod in mods:
         click.echo(f"{mod.ID:24s} {mod.TITLE}")
     for e in errors:
-        click.echo(f"traceinspect: {e}", err=True)
+        exits.say(str(e))
 
 
 @cli.command()
 @click.argument("rule_id")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE", help="Show the values as `report --set` would.")
+@settings_option("Show the values as `report --set` would.")
 def explain(rule_id, settings) -> None:
     """Print one rule's documentation (what it detects, the condition, why it matters, the fix) and the thresholds
     it reads with their current values."""
@@ -228,14 +225,20 @@ def explain(rule_id, settings) -> None:
             value, was = getattr(chosen, n), getattr(default, n)
             changed = "" if value == was else f" (default {was})"
             click.echo(f"  {n} = {value}{changed}")
-            if reason(n):
-                click.echo(textwrap.fill(reason(n), 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            if why := reason(n):
+                click.echo(textwrap.fill(why, 116, initial_indent=" " * 6, subsequent_indent=" " * 6))
 
 
 @cli.command()
 @click.option("--columns", is_flag=True, help="Print the step fields as a Markdown table instead (docs/metrics.md).")
-def schema(columns) -> None:
+@click.option("--diff", "of_diff", is_flag=True, help="Print the JSON Schema of `diff --json` instead (docs/diff.schema.json).")
+def schema(columns, of_diff) -> None:
     """Print the JSON Schema of the report (``report --json``), generated from its types (docs/report.schema.json)."""
+    if of_diff:
+        from ..report.diff_doc import diff_schema_text
+
+        click.echo(diff_schema_text(), nl=False)
+        return
     if columns:
         from ..report.columns import columns_markdown
 
@@ -257,13 +260,6 @@ def _register_commands() -> None:
 
 
 _register_commands()
-
-
-def _shown(message: str) -> str:
-    """A message that may hold a path or a name: one line, control characters visible (``render.safe``)."""
-    from ..render.safe import path
-
-    return path(message)
 
 
 def main(argv: list[str] | None = None) -> int:

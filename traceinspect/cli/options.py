@@ -10,6 +10,7 @@ import sys
 import click
 
 from ..errors import UsageError
+from .exits import say
 
 #: The text report's width bounds: narrower cannot hold a table row, wider is no screen.
 MIN_WIDTH, MAX_WIDTH = 40, 1000
@@ -23,6 +24,11 @@ workers_option = click.option("--workers", type=click.IntRange(min=0), default=0
 width_option = click.option("--width", type=click.IntRange(MIN_WIDTH, MAX_WIDTH), default=None,
                             help=f"Terminal width for the text report ({MIN_WIDTH} to {MAX_WIDTH}).")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
+markdown_option = click.option("--markdown", "md_path", metavar="PATH",
+                               help="Write the Markdown report to PATH ('-' for stdout).")
+html_option = click.option("--html", "html_path", metavar="PATH",
+                           help="Write a self-contained HTML report to PATH ('-' for stdout).")
+out_option = click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
 
 
 def settings_option(help: str):
@@ -35,8 +41,7 @@ def workers_for(workers: int) -> int:
 
     cores = cpu_count()
     if workers > cores:
-        click.echo(f"traceinspect: --workers {workers} capped at {cores} (the CPU cores this process may use)",
-                   err=True)
+        say(f"--workers {workers} capped at {cores} (the CPU cores this process may use)")
         return cores
     return workers
 

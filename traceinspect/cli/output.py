@@ -49,6 +49,11 @@ def write_text(path: str, text: str) -> None:
     if path == STDOUT:
         click.echo(text, nl=not text.endswith("\n"))
         return
+    write_file(path, text.encode("utf-8"))
+
+
+def write_file(path, data: bytes) -> None:
+    """``data`` into the file ``path`` atomically (see the module docstring); a one-line error naming it."""
     p = Path(path)
     if not p.parent.is_dir():
         raise UsageError(f"{path}: folder {p.parent} does not exist")
@@ -57,8 +62,8 @@ def write_text(path: str, text: str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             os.fchmod(fh.fileno(), 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it 0600)
         os.replace(tmp, p)
         tmp = None
@@ -115,5 +120,5 @@ def _write_out_dir(out_dir: str, d: dict) -> None:
     import_optional("matplotlib", "--out (the plots)")
     from ..render.plots import write_plots
 
-    paths = write_plots(d, None, out)
+    paths = write_plots(d, None, out, write=write_file)
     write_text(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))

@@ -1,23 +1,27 @@
 """The rule contract: what a rule module declares beside its detection, and what the accounting reads.
 
 A rule module ends with one ``RULE = Rule(...)``: its id and title, what it reads (``Needs``), how its claim is
-taken (``Claim``: the pools, per basis, in order, and where it stands in the claim order), its label in the
-verdict, the settings it reads (``Config`` fields: what ``explain`` lists and ``--set`` changes), its evidence
-type (a ``msgspec.Struct``; the finding's JSON ``evidence`` is that record, key for key) and its fix as a function
-of that evidence (``fix(evidence, setup=None) -> str``; ``setup``: what the run is, where a caller knows it). The
-accounting (accounting.py) iterates over these declarations and never asks which rule it holds.
+taken (``Claim``: the pools, per basis, in order, as the kinds of takes.py, and where it stands in the claim
+order), its label in the verdict, the settings it reads (``Config`` fields: what ``explain`` lists and ``--set``
+changes), its evidence type (a ``msgspec.Struct``; the finding's JSON ``evidence`` is that record, key for key) and
+its fix as a function of that evidence (``fix(evidence, setup=None) -> str``; ``setup``: what the run is, where a
+caller knows it). The accounting (accounting.py) iterates over these declarations and never asks which rule it
+holds.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, fields
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import msgspec
-import numpy as np
 
-from .bounds import col
+from ..config import Config
+from .finding import Finding
+
+if TYPE_CHECKING:
+    from .takes import Take
 
 
 @dataclass(frozen=True)
@@ -27,71 +31,6 @@ class Needs:
     steps: tuple[str, ...] = ()  # step columns on every rank
     gpu_steps: tuple[str, ...] = ()  # step columns on GPU-basis ranks (CPU-only traces have no kernels or copies)
     tables: tuple[str, ...] = ()  # per-rank tables (``ra.tables``)
-
-
-# --- how a claim is taken: per step, from the rank's pools (accounting.py, docs/findings.md) ---------------------
-# Each ``Take`` gives the accounting a list of (pool, want) for one rank: ``want`` an array of us per step, None
-# (take what the previous pool could not hold), or a function of what the claim got so far.
-
-@dataclass(frozen=True)
-class Column:
-    """A step column, times ``scale``, from one pool."""
-
-    pool: str
-    column: str
-    scale: float = 1.0
-
-    def demands(self, f, ra, s, config, estimate: float) -> list:
-        v = col(s, self.column)
-        return [(self.pool, v * self.scale if self.scale != 1.0 else v)]
-
-    def describe(self) -> str:
-        scaled = f"{self.scale:g} x " if self.scale != 1.0 else ""
-        return f"`{self.pool}`: {scaled}`{self.column}`"
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The rule's own per-step estimate (``Claim.estimate_key``), from the pools in order: what the first cannot
-    hold spills to the next."""
-
-    pools: tuple[str, ...]
-
-    def demands(self, f, ra, s, config, estimate: float) -> list:
-        return [(self.pools[0], np.full(len(s), estimate))] + [(p, None) for p in self.pools[1:]]
-
-    def describe(self) -> str:
-        return ", then ".join(f"`{p}`" for p in self.pools) + ": the rule's estimate"
-
-
-@dataclass(frozen=True)
-class Rest:
-    """Whatever the pools have left: a symptom claims only what no cause explained."""
-
-    pools: tuple[str, ...]
-
-    def demands(self, f, ra, s, config, estimate: float) -> list:
-        return [(p, np.full(len(s), np.inf)) for p in self.pools]
-
-    def describe(self) -> str:
-        return ", ".join(f"`{p}`" for p in self.pools) + ": whatever is left"
-
-
-@dataclass(frozen=True)
-class Custom:
-    """A claim the rule computes itself: ``fn(finding, ra, steps, config) -> [(pool, want), ...]``."""
-
-    fn: Callable
-    text: str  # what it takes, for docs/findings.md
-
-    def demands(self, f, ra, s, config, estimate: float) -> list:
-        return self.fn(f, ra, s, config)
-
-    def describe(self) -> str:
-        return self.text
-
-
-Take = Column | Estimate | Rest | Custom
 
 
 @dataclass(frozen=True)
@@ -145,8 +84,6 @@ class Rule:
 def declared(module) -> Rule:
     """A rule module's declaration, checked: a module without one, or whose thresholds are not settings, cannot
     load (``load_rules`` reports it)."""
-    from ..config import Config
-
     rule = getattr(module, "RULE", None)
     if not isinstance(rule, Rule):
         raise TypeError(f"{module.__name__} declares no RULE = Rule(...)")
@@ -178,8 +115,6 @@ def as_dict(v):
 def finding(rule: Rule, evidence, *, title: str, ranks, steps, stake: float | None, setup=None):
     """The rule's finding: its evidence record as the JSON evidence and its fix made from that record. Ungraded:
     the accounting gives it its claim and severity."""
-    from .finding import Finding
-
     return Finding(id=rule.id, title=title, ranks=sorted(ranks), steps=sorted(steps), evidence=as_dict(evidence),
                    fix=rule.fix(evidence, setup), time_at_stake_us=stake)
 
@@ -231,8 +166,7 @@ class PerRank:
         return self.detect.__module__
 
     def __call__(self, report, config) -> list:
-        rule = declared(sys.modules[self.module])
-        return per_rank_finding(rule, report, config, self.detect, self.summary, self.worst)
+        return per_rank_finding(sys.modules[self.module].RULE, report, config, self.detect, self.summary, self.worst)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,18 @@ def mean(x) -> float:
     return float(np.nanmean(x)) if len(x) and not np.all(np.isnan(x)) else 0.0
 
 
+def median(x) -> float | None:
+    """The median of the known values (NaN left out); None where none is known."""
+    x = np.asarray(x, float)
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if len(x) else None
+
+
+def by_row(g: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """A grouped table as evidence: each row's index -> its columns as floats."""
+    return {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+
+
 def _period(section) -> float | None:
     v = section.get("period_us") if isinstance(section, dict) else None
     return _positive(v)

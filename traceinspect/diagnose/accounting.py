@@ -42,9 +42,8 @@ import pandas as pd
 
 from .bounds import col, gpu_room, loader_floor, paced
 from .finding import Finding
-from .severity import grade, thin as thin_evidence  # noqa: F401  (grade: part of this module's interface)
+from .severity import grade, thin as thin_evidence
 
-GPU_POOLS = ("data", "sync", "launch", "copy", "comm", "compute")
 IDLE_POOLS = ("data", "sync", "launch")
 CPU_POOLS = ("data", "comm", "optimizer", "forward", "backward", "other")
 

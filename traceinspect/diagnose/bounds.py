@@ -87,9 +87,8 @@ def loader_floor(ra, s: pd.DataFrame, config) -> tuple[np.ndarray, dict] | None:
     return max(found, key=lambda fe: float(fe[0].mean())) if found else None
 
 
-def per_step(ra, s: pd.DataFrame, table: str, value: str) -> np.ndarray:
-    """A per-step sum from one of the rank's tables (0 where the table has no row for the step)."""
-    t = ra.tables.get(table)
+def per_step(t: pd.DataFrame | None, s: pd.DataFrame, value: str) -> np.ndarray:
+    """A per-step sum of a column of one of the rank's tables (0 where the table has no row for the step)."""
     if t is None or not len(t) or value not in t:
         return np.zeros(len(s))
     g = t.groupby("step")[value].sum()

@@ -34,8 +34,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_evidence, loader_fix, mean, step_ids
+from .takes import Column
 
 # The GPU run's fix is made from the rank's recorded settings and loader timing (_util.loader_fix).
 # A CPU-only run has no device to copy to: pinned memory and GPU-side augmentation do not apply.

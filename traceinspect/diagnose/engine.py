@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..analyze.rank import RankAnalysis
+from ..analyze.strategy import Strategy, run_strategy
 from ..config import Config, DEFAULT
 from ..load.trace import Skipped
 from .finding import Finding, severity_rank
@@ -31,6 +32,7 @@ class Report:
     # Per-rank claims, projection and verdict (diagnose/accounting.py); empty when the accounting failed.
     accounting: dict = field(default_factory=dict)
     runs: dict | None = None  # the runs, ranks and windows the loader found in the folder (docs/folders.md)
+    strategy: Strategy = field(default_factory=Strategy)  # the parallel strategy the ranks show (analyze/strategy.py)
 
     # Python API conveniences -------------------------------------------------------------------------------
     @property
@@ -58,7 +60,8 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
     report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
-                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs)
+                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs,
+                    strategy=run_strategy(ranks))
     if len(ranks) > 1:
         from ..analyze.cross_rank import cross_rank_analysis
 

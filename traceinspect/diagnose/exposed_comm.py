@@ -44,8 +44,9 @@ import re
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
-from ._util import quoted
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from ._util import median, quoted
+from .takes import Estimate
 
 COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
@@ -170,10 +171,6 @@ def _rank(ra, config, report):
     tail = s["comm_tail_us"].to_numpy(dtype=float) if "comm_tail_us" in s else np.full(len(s), np.nan)
     tail_total = s["comm_tail_total_us"].to_numpy(dtype=float) if "comm_tail_total_us" in s else tail
     tails = np.nan_to_num(tail_total)
-
-    def median_of(c):
-        return float(np.nanmedian(s[c])) if c in s and s[c].notna().any() else None
-
     return RankEvidence(
         rank=ra.rank,
         basis=ra.basis,
@@ -186,10 +183,10 @@ def _rank(ra, config, report):
         tails_all_rounds_us_per_step=float(np.nanmean(tail_total)) if np.isfinite(tail_total).any() else None,
         rest_us_per_step=float(np.mean(np.maximum(0.0, cost - np.minimum(tails, cost)))),
         wall_us_per_step=float(np.nanmean(wall)),
-        allreduce_busbw_gbps=median_of("allreduce_busbw_gbps"),
+        allreduce_busbw_gbps=median(s["allreduce_busbw_gbps"]) if "allreduce_busbw_gbps" in s else None,
         comm_calls_per_step=float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
         buckets_per_round=float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
-        grad_bytes_per_round=median_of("grad_bytes"),
+        grad_bytes_per_round=median(s["grad_bytes"]) if "grad_bytes" in s else None,
         comm_time_by_collective_us_per_step=_by_collective(ra, set(int(x) for x in s["step"])),
     )
 

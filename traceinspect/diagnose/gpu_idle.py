@@ -28,8 +28,9 @@ from typing import ClassVar
 
 import msgspec
 
-from ._rule import Claim, Needs, PerRank, RankHit, Rest, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_evidence, loader_fix, mean, step_ids
+from .takes import Rest
 
 FIXES = {  # data: dataloader-stall's, from the rank's recorded settings (_util.loader_fix)
     "sync": "avoid .item() / .cpu() / torch.cuda.synchronize() inside the step; log every N steps",

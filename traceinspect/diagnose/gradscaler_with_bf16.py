@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from ._util import by_row
+from .takes import Estimate
 
 FIX = (
     'scaler = torch.amp.GradScaler("cuda", enabled=(amp_dtype == torch.float16))  # off for bf16\n'
@@ -72,7 +74,7 @@ def _rank(ra, config, report):
     return RankEvidence(
         rank=ra.rank,
         steps=sorted(int(x) for x in amp["step"].unique()),
-        scaler_ops_per_step={k: {c: float(v[c]) for c in by.columns} for k, v in by.iterrows()},
+        scaler_ops_per_step=by_row(by),
         scaler_cpu_us_per_step=float(by["cpu_us"].sum()),
         scaler_gpu_us_per_step=float(by["gpu_us"].sum()),
         share_of_step=cost / max(float(s["wall_us"].mean()), 1e-9),

@@ -40,8 +40,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import mean, pageable_mask, quoted, shown, step_ids
+from .bounds import per_step
+from .takes import Column
 
 FIX = (
     "running_loss += loss.detach()               # instead of loss.item() every step\n"
@@ -146,13 +148,11 @@ def _kind(calls, steps) -> tuple[str, float, float]:
     return "other", pageable, ddp
 
 
-def _item_calls(calls, steps) -> np.ndarray:
+def _item_calls(calls, s) -> np.ndarray:
     """Per step: blocking calls made by a scalar read (``ITEM_OPS``), 0 where the table has none."""
-    if calls is None or not len(calls) or "op" not in calls:
-        return np.zeros(len(steps))
-    c = calls[calls["op"].isin(ITEM_OPS)]
-    per_step = c.groupby("step")["count"].sum()
-    return steps.map(per_step).fillna(0).to_numpy(dtype=float)
+    if calls is None or "op" not in calls:
+        return np.zeros(len(s))
+    return per_step(calls[calls["op"].isin(ITEM_OPS)], s, "count")
 
 
 def _rank(ra, config, report):
@@ -163,7 +163,7 @@ def _rank(ra, config, report):
     calls = ra.tables.get("sync_calls")
     # A scalar read (.item(), a Python float of a tensor) in every step is the pattern to report even where it is
     # cheap: the accounting then says what it costs (often nothing on a GPU-bound step).
-    items = _item_calls(calls, s["step"])
+    items = _item_calls(calls, s)
     mask = ((share >= config.host_sync_share_warning).fillna(False).to_numpy() | (items >= 1))
     if not mask.any():
         return None

@@ -42,8 +42,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import first_window, mean, step_ids, thread_cpu_per_step
+from .takes import Column
 
 FIX = (
     'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n'
@@ -104,11 +105,11 @@ def _rank(ra, config, report):
     if not mask.any() or mask.sum() * 2 < len(s):
         return None
     sel = s[mask]
-    launches = mean(sel["launch_count"]) if "launch_count" in sel else None
-    launch_us = mean(sel["launch_call_us"]) if "launch_call_us" in sel else None
 
     def opt(c):  # a column's mean over the flagged steps, None where the rank has no such column
         return mean(sel[c]) if c in sel else None
+
+    launches, launch_us = opt("launch_count"), opt("launch_call_us")
 
     threads, extra = thread_cpu_per_step(ra), {}  # where the capture timed the process's threads
     if threads is not None and threads["loop_us"] is not None:

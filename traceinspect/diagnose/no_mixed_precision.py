@@ -42,9 +42,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Column, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_period_us, mean, shown, step_ids
 from .bounds import autocast_cpu_us
+from .takes import Column
 
 FIX = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'

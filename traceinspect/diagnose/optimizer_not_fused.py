@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
-from ._util import quoted, shown
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from ._util import by_row, quoted, shown
+from .takes import Estimate
 
 FIX = (
     "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"
@@ -122,10 +123,10 @@ def _rank(ra, config, report):
     if len(single):
         g = single.groupby("optimizer")[["calls", "cpu_us", "ops", "foreach_ops", "fused_ops", "single_tensor_ops",
                                           "kernel_count", "multi_tensor_kernels", "gpu_us"]].sum() / nsteps
-        parts["per_parameter_step"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+        parts["per_parameter_step"] = by_row(g)
     if len(zg):
         g = zg.groupby("optimizer")[["calls", "cpu_us", "zero_ops", "kernel_count", "gpu_us"]].sum() / nsteps
-        parts["zero_grad_fills"] = {name: {c: float(v[c]) for c in g.columns} for name, v in g.iterrows()}
+        parts["zero_grad_fills"] = by_row(g)
     return RankEvidence(rank=ra.rank, basis=ra.basis, share_of_step_cpu=flagged_cpu / max(cpu_step, 1e-9),
                         flagged_cpu_us_per_step=flagged_cpu,
                         steps=sorted(int(x) for x in set(single["step"]) | set(zg["step"])), **parts)

@@ -33,9 +33,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Custom, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import gbps, mean, pageable_mask, step_ids
 from .bounds import col, per_step
+from .takes import Custom
 
 FIX = (
     "loader = DataLoader(dataset, ..., pin_memory=True)\n"
@@ -116,18 +117,16 @@ def _pageable_blocked(ra, s) -> np.ndarray:
     """CPU time per step blocked by pageable copies: their launch calls, and the blocking calls the same ops make
     (a ``non_blocking=False`` copy is ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``, both under ``aten::copy_``)."""
     copies, calls = ra.tables.get("pageable_copies"), ra.tables.get("sync_calls")
-    own = per_step(ra, s, "pageable_copies", "runtime_us")
+    own = per_step(copies, s, "runtime_us")
     if copies is None or not len(copies) or calls is None or not len(calls):
         return own
-    ops = set(copies["op"].dropna())
-    mine = calls[calls["op"].isin(ops)]
-    return np.maximum(own, np.nan_to_num(s["step"].map(mine.groupby("step")["total_us"].sum()).to_numpy(float)))
+    return np.maximum(own, per_step(calls[calls["op"].isin(set(copies["op"].dropna()))], s, "total_us"))
 
 
 def _pinned_gbps(ra, config) -> float:
+    """The pinned copies' bandwidth in the rank's trace, else ``pinned_h2d_gbps_assumed``."""
     s = ra.steps
-    b, t = col(s, "pinned_h2d_bytes").sum(), col(s, "pinned_h2d_time_us").sum()
-    return b / t / 1e3 if b > 0 and t > 0 else config.pinned_h2d_gbps_assumed
+    return gbps(col(s, "pinned_h2d_bytes").sum(), col(s, "pinned_h2d_time_us").sum()) or config.pinned_h2d_gbps_assumed
 
 
 def _demands(f, ra, s, config) -> list:

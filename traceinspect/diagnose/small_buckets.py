@@ -40,7 +40,8 @@ import math
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from .takes import Estimate
 
 U = msgspec.UNSET
 Unset = msgspec.UnsetType
@@ -143,10 +144,11 @@ def _rank_evidence(ra, config, report=None) -> RankEvidence | None:
     rounds = int(np.median(rows["allreduce_rounds"]))
     known = rows["grad_bytes"].notna().all()
     coll = ra.tables.get("collectives")
+    grads_known = coll is not None and len(coll) and "grad" in coll  # the table marks the gradient all-reduces
     # the bucket sizes of the last round of the last step with the median count (after DDP's bucket rebuild)
     ref_step = int(rows[rows["bucket_count"] == count]["step"].iloc[-1])
     sizes = []
-    if coll is not None and len(coll) and "grad" in coll:
+    if grads_known:
         g = coll[(coll["step"] == ref_step) & coll["grad"]]
         if len(g):
             g = g[g["round"] == g["round"].max()].sort_values("bucket")
@@ -159,7 +161,7 @@ def _rank_evidence(ra, config, report=None) -> RankEvidence | None:
     if known:
         # small buckets per round, counted here with this config's threshold (the table holds every bucket)
         small_counts, small_time = [], []
-        if coll is not None and len(coll) and "grad" in coll:
+        if grads_known:
             # One grouped pass over the table (a per-step loop is quadratic on long traces).
             in_rows = coll[coll["step"].isin(rows["step"])]
             grad = in_rows[in_rows["grad"].astype(bool)]
@@ -202,7 +204,7 @@ def _rank_evidence(ra, config, report=None) -> RankEvidence | None:
                   calls_per_step_before=count * max(rounds, 1), calls_per_step_after=after * max(rounds, 1))
     # Time at stake: the calls saved times the per-call floor (the shortest gradient all-reduce).
     lat = None
-    if coll is not None and len(coll) and "grad" in coll:
+    if grads_known:
         d = coll.loc[coll["grad"], "dur_us"].dropna()
         if len(d):
             lat = float(d.min())

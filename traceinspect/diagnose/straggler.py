@@ -45,7 +45,8 @@ from typing import ClassVar
 
 import msgspec
 
-from ._rule import Claim, Estimate, Needs, Rule, finding
+from ._rule import Claim, Needs, Rule, finding
+from .takes import Estimate
 
 FIXES = {
     "dataloader_us": (

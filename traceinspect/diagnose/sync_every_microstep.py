@@ -37,7 +37,9 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from ._util import median
+from .takes import Estimate
 
 FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
@@ -69,12 +71,6 @@ class Evidence(msgspec.Struct, kw_only=True):
     threshold_rounds: int
 
 
-def _med(x) -> float | None:
-    x = np.asarray(x, float)
-    x = x[~np.isnan(x)]
-    return float(np.median(x)) if len(x) else None
-
-
 def _rank(ra, config, report):
     s = ra.steps
     if "allreduce_rounds" not in s or not len(s):
@@ -92,7 +88,7 @@ def _rank(ra, config, report):
         if len(g) and g["dur_us"].notna().any():
             last_round = g.groupby("step")["round"].transform("max")
             redundant_time = float(g.loc[g["round"] != last_round, "dur_us"].sum()) / len(sel)
-    extra_exposed = _med(tails_extra)
+    extra_exposed = median(tails_extra)
     meta = ra.metadata or {}
     return RankEvidence(
         rank=ra.rank,
@@ -101,8 +97,8 @@ def _rank(ra, config, report):
         backward_passes_per_step=int(np.median(sel["backward_passes"])) if has_passes else None,
         allreduce_rounds_per_step=int(np.median(sel["allreduce_rounds"])),
         buckets_per_round=int(np.median(sel["bucket_count"])),
-        grad_bytes_per_round=_med(sel["grad_bytes"]),
-        redundant_bytes_per_step=_med(sel["redundant_grad_bytes"]),
+        grad_bytes_per_round=median(sel["grad_bytes"]),
+        redundant_bytes_per_step=median(sel["redundant_grad_bytes"]),
         redundant_comm_time_us_per_step=redundant_time,
         redundant_exposed_us_per_step=extra_exposed,
         redundant_exposed_share=(extra_exposed / float(np.median(sel["wall_us"])))

@@ -31,8 +31,9 @@ import re
 
 import msgspec
 
-from ._rule import Claim, Estimate, Fixed, Needs, PerRank, RankHit, Rule
+from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import shown
+from .takes import Estimate
 
 FIX = (
     "vocab = (vocab + 63) // 64 * 64          # pad embedding / output sizes\n"

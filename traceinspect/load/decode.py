@@ -189,12 +189,15 @@ def meta_events(events_json: bytes) -> list[_MetaEvent]:
     return [e for e in msgspec.json.decode(events_json, type=list[_MetaEvent]) if e.ph == "M"]
 
 
-def decode_whole(path: str, *, limits: Limits = DEFAULT_LIMITS) -> tuple[dict, dict, int]:
+def decode_whole(path: str, *, limits: Limits = DEFAULT_LIMITS, data: bytes | None = None
+                 ) -> tuple[dict, dict, int]:
     """The whole document decoded at once, for any valid JSON layout: (columns, meta, decompressed bytes).
 
     The text is held once (the events are decoded where they lie in it, not copied out): a plain file costs its
-    size, a compressed one at most its inflate cap (``limits``)."""
-    data = b"".join(iter_bytes(path, limits=limits))
+    size, a compressed one at most its inflate cap (``limits``). ``data``: the file's text (``iter_bytes``) when
+    the caller has read it all already."""
+    if data is None:
+        data = b"".join(iter_bytes(path, limits=limits))
     text = data.lstrip()
     if not text:
         raise TraceFileError(path, "empty file")

@@ -48,8 +48,8 @@ def _concat_pieces(pieces: list[dict]) -> dict:
     return out
 
 
-def decode_file(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
-                workers: int = 1, limits: Limits = DEFAULT_LIMITS) -> FileResult:
+def decode_file(path: str, *, pool: Executor | None = None, workers: int = 1, progress: ProgressFn | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> FileResult:
     """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` of
     ``workers`` processes when given), or, when the file is laid out otherwise (any other valid JSON), decoded
     whole, with the same result."""
@@ -66,7 +66,7 @@ def decode_file(path: str, pool: Executor | None = None, progress: ProgressFn | 
 
 
 def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, workers: int,
-                limits: Limits = DEFAULT_LIMITS) -> FileResult:
+                limits: Limits) -> FileResult:
     started = prefetch.take(path)
     if started is not None:  # its pieces are being decoded already (load/prefetch.py)
         return _decode_planned(path, started[0], None, progress, started[1])
@@ -122,11 +122,10 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120]
 
 
-def _decode_file_task(path: str, pool: Executor | None = None, progress: ProgressFn | None = None,
-                      workers: int = 1, limits: Limits = DEFAULT_LIMITS) -> FileResult | TraceFileError:
-    """Decode one file; every failure becomes a TraceFileError value naming the file (never a crash)."""
+def _decode_file_task(path: str, **how) -> FileResult | TraceFileError:
+    """``decode_file(path, **how)``; every failure becomes a TraceFileError value naming the file (never a crash)."""
     try:
-        return decode_file(path, pool, progress, workers, limits)
+        return decode_file(path, **how)
     except TraceFileError as exc:
         return exc
     except MemoryError:
@@ -144,13 +143,13 @@ def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: Prog
     if not paths:
         return []
     if n <= 1:
-        return [_decode_file_task(p, None, progress, 1, limits) for p in paths]
+        return [_decode_file_task(p, progress=progress, limits=limits) for p in paths]
     sizes = [os.path.getsize(p) for p in paths]
     out: list = [None] * len(paths)
     with workers.pool(n) as pool:
         if len(paths) >= n:
             # Enough files to keep every core busy: one file per worker task.
-            futs = {pool.submit(_decode_file_task, p, None, None, 1, limits): i for i, p in enumerate(paths)}
+            futs = {pool.submit(_decode_file_task, p, limits=limits): i for i, p in enumerate(paths)}
             for fut, i in futs.items():
                 out[i] = fut.result()
                 if progress:
@@ -158,5 +157,5 @@ def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: Prog
         else:
             # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
             for i, p in enumerate(paths):
-                out[i] = _decode_file_task(p, pool, progress, n, limits)
+                out[i] = _decode_file_task(p, pool=pool, workers=n, progress=progress, limits=limits)
     return out

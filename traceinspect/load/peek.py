@@ -80,8 +80,8 @@ def peek(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> FileFacts:
     _from_name(facts)
     try:
         head, tail, whole = _ends(path, facts.name_time_ns, limits)
-        if whole:
-            cols, meta, _ = decode_whole(path, limits=limits)
+        if whole:  # the head is all of the text: decoded as read, not read again
+            cols, meta, _ = decode_whole(path, data=head)
             parts = [cols]
             text = head
         else:

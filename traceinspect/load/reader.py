@@ -71,6 +71,7 @@ def load(
     all as windows of rank ``rank``. Raises ``NoUsableTraceError`` when nothing could be loaded; otherwise unusable
     files are in ``trace.skipped``.
     """
+    limits = Limits.of(config)
     skipped: list[Skipped] = []
     runs_info = None
     groups_paths: list[tuple[int | None, list[str]]]
@@ -80,7 +81,7 @@ def load(
         files = find_trace_files(path, passed_over)
         if not files:
             raise no_traces(source, passed_over)
-        plan, bad = plan_folder(files, workers, Limits.of(config))
+        plan, bad = plan_folder(files, workers, limits)
         skipped.extend(Skipped(file=f, reason=r) for f, r in passed_over)
         skipped.extend(bad)
         skipped.extend(plan.skipped)
@@ -97,7 +98,7 @@ def load(
             raise NoUsableTraceError(f"{source}: no trace files (*.json, *.json.gz) found")
         groups_paths = [(rank, [str(f) for f in files])]
     all_paths = [f for _, fs in groups_paths for f in fs]
-    decoded, more = _decode_all(all_paths, workers, cache, progress, Limits.of(config))
+    decoded, more = _decode_all(all_paths, workers, cache, progress, limits)
     skipped.extend(more)
     if not decoded:
         if allow_empty:

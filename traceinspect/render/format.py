@@ -9,7 +9,6 @@ always ``-``. No scientific notation, no raw floats: ``value(key, v)`` picks the
 from __future__ import annotations
 
 import math
-import re
 
 from . import safe
 
@@ -208,10 +207,3 @@ def evidence_items(ev: dict, rank=None, items: int = 6) -> list[tuple[str, str]]
     pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
     skip = ("per_rank", "steps", "rank")
     return [(label(k), value(k, v, items=n)) for k, v in pairs if k not in skip and v is not None]
-
-
-_WS = re.compile(r"\s+")
-
-
-def one_line(text: str) -> str:
-    return _WS.sub(" ", text or "").strip()

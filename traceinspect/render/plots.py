@@ -364,14 +364,16 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def write_plots(d: dict, rep=None, out_dir=None) -> list[Path]:
-    """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order)."""
+def write_plots(d: dict, rep=None, out_dir=None, write=None) -> list[Path]:
+    """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order). ``write(path,
+    data)`` writes one file (default ``Path.write_bytes``; the CLI passes its atomic ``output.write_file``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write = write or Path.write_bytes
     paths = []
     for name, fig in figures(d).items():
         p = out / f"{name}.png"
-        p.write_bytes(png_bytes(fig))
+        write(p, png_bytes(fig))
         paths.append(p)
     return paths
 

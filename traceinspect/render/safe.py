@@ -9,7 +9,8 @@ may hold anything. Before any renderer lays a string out in its own markup, it i
 * ``words``: each run of characters without a space longer than ``NAME_WIDTH`` (80) is shortened to its first 79
   characters and ``…``, and the whole text to ``LINE_WIDTH`` (240) characters: a title or a table cell stays readable
   whatever the names in it (the JSON report keeps every name whole);
-* ``path``: a file or folder name, its control characters made visible, at most ``PATH_WIDTH`` characters.
+* ``path``: a file or folder name, its control characters made visible, at most ``PATH_WIDTH`` characters;
+* ``one_line``: a message that may span lines (an exception's), its white space runs one space, then as ``path``.
 
 The markup of each output is then escaped by its renderer: rich ``Text`` objects (never markup) for the terminal,
 ``markdown``'s escapes for Markdown and TensorBoard, jinja2's autoescape for HTML, ``plot_text`` for matplotlib.
@@ -59,6 +60,12 @@ def words(text, width: int = LINE_WIDTH) -> str:
 def path(text) -> str:
     """A file or folder name, or a one-line message naming one: visible, at most ``PATH_WIDTH`` characters."""
     return clip(visible(text), PATH_WIDTH)
+
+
+def one_line(text, width: int = PATH_WIDTH) -> str:
+    """A message that may span lines (an exception's): its runs of white space one space, control characters
+    visible, at most ``width`` characters."""
+    return clip(visible(" ".join(("" if text is None else str(text)).split())), width)
 
 
 def lines(text, limit: int = 60, width: int = LINE_WIDTH) -> list[str]:

@@ -25,9 +25,15 @@ def verdict(d: dict) -> str:
         findings = d.get("findings") or []
         counts = [(sev, sum(1 for f in findings if f["severity"] == sev)) for sev in ("critical", "warning")]
         counts = [f"{n} critical" if sev == "critical" else fmt.count(n, sev) for sev, n in counts if n]
-        return f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
-                                                  " · no warning or critical finding")
-    return breakdown_verdict(d)
+        return _strategy(d) + f"rank {v['rank']}: {v['text']}" + (f" · {', '.join(counts)}" if counts else
+                                                                  " · no warning or critical finding")
+    return _strategy(d) + breakdown_verdict(d)
+
+
+def _strategy(d: dict) -> str:
+    """The parallel strategy the document names (``strategy.parallelism``), as the verdict's first words."""
+    s = (d.get("strategy") or {}).get("parallelism")
+    return f"{safe.words(s)} · " if s else ""
 
 
 def breakdown_verdict(d: dict) -> str:

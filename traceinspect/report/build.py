@@ -114,12 +114,17 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         by_step = {}
         for rec in colls.to_dict("records"):
             by_step.setdefault(int(rec.get("step", -1)), []).append(clean(rec))
+    kinds = ra.tables.get("comm_by_kind")
+    by_kind: dict = {}
+    for rec in kinds.to_dict("records") if kinds is not None else ():
+        by_kind.setdefault(int(rec["step"]), []).append(clean({k: v for k, v in rec.items() if k != "step"}))
     steps = []
     for row in ra.steps.to_dict("records"):
         kw = step_fields(row, ra.basis)
         kw["claims"] = _claims(step_claims.get(kw["step"], []))
         if by_step is not None:
             kw["collectives"] = by_step.get(kw["step"], [])
+            kw["comm_by_kind"] = by_kind.get(kw["step"], [])
         steps.append(StepDoc(**kw))
     util = ra.tables.get("utilization")
     util_summary = ra.tables.get("utilization_summary")
@@ -209,4 +214,5 @@ def build_doc(report) -> ReportDoc:
         cross_rank=clean(report.cross_rank or {}),
         errors=list(report.errors),
         runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
+        strategy=clean(report.strategy.to_dict()),  # analyze/strategy.py over the rank analyses
     )

@@ -61,28 +61,39 @@ def describe(values: list[float]) -> dict:
     return {"n": n, "mean_us": mean, "sd_us": sd}
 
 
+def blank_comparison(a: dict, b: dict) -> dict:
+    """A comparison of sides ``a`` and ``b`` before any change is computed (every number None)."""
+    return {"base": a, "new": b, "delta_us": None, "rel_change": None, "share_of_step": None, "se_us": None,
+            "noise_us": None, "threshold_us": None, "significant": None, "change": "unknown"}
+
+
+def judge(out: dict, mean_a: float, mean_b: float, se: float | None, step_us: float | None,
+          se_factor: float = SE_FACTOR, min_share: float = MIN_SHARE) -> dict:
+    """``out`` (a ``blank_comparison``) with the change from ``mean_a`` to ``mean_b`` filled in, and, given its
+    standard error ``se`` (None: the spread is unknown), its noise level and whether it is significant
+    (NOISE_RULE)."""
+    delta = mean_b - mean_a
+    out["delta_us"] = delta
+    out["rel_change"] = delta / mean_a if mean_a else None
+    out["share_of_step"] = delta / step_us if step_us else None
+    if se is None:
+        return out
+    floor = min_share * step_us if step_us else 0.0
+    sig = abs(delta) > se_factor * se and abs(delta) > floor
+    out.update({"se_us": se, "noise_us": se_factor * se, "threshold_us": max(se_factor * se, floor),
+                "significant": bool(sig), "change": ("up" if delta > 0 else "down") if sig else "none"})
+    return out
+
+
 def compare(base_vals: list[float], new_vals: list[float], step_us: float | None) -> dict:
     """One metric: both sides' stats, the change, its noise level and whether it is significant (NOISE_RULE)."""
     a, b = describe(base_vals), describe(new_vals)
-    out = {"base": a, "new": b, "delta_us": None, "rel_change": None, "share_of_step": None, "se_us": None,
-           "noise_us": None, "threshold_us": None, "significant": None, "change": "unknown"}
+    out = blank_comparison(a, b)
     if a["mean_us"] is None or b["mean_us"] is None:
         return out
-    delta = b["mean_us"] - a["mean_us"]
-    out["delta_us"] = delta
-    out["rel_change"] = delta / a["mean_us"] if a["mean_us"] else None
-    out["share_of_step"] = delta / step_us if step_us else None
-    if a["sd_us"] is None or b["sd_us"] is None:
-        return out
-    se = math.sqrt(a["sd_us"] ** 2 / a["n"] + b["sd_us"] ** 2 / b["n"])
-    out["se_us"] = se
-    out["noise_us"] = SE_FACTOR * se
-    floor = MIN_SHARE * step_us if step_us else 0.0
-    out["threshold_us"] = max(SE_FACTOR * se, floor)
-    sig = abs(delta) > SE_FACTOR * se and abs(delta) > floor
-    out["significant"] = bool(sig)
-    out["change"] = ("up" if delta > 0 else "down") if sig else "none"
-    return out
+    se = None if a["sd_us"] is None or b["sd_us"] is None else math.sqrt(
+        a["sd_us"] ** 2 / a["n"] + b["sd_us"] ** 2 / b["n"])
+    return judge(out, a["mean_us"], b["mean_us"], se, step_us)
 
 
 def _metric_series(steps: list[dict], metric: str, basis: str) -> list:

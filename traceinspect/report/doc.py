@@ -74,6 +74,8 @@ def _step_doc() -> type:
                 for c in STEP_COLUMNS]
     extra = [
         ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
+        # per collective kind and process group: count, bytes, time (docs/communication.md)
+        ("comm_by_kind", list[dict[str, Any]] | UnsetType, UNSET),
         # time of this step each finding claims (docs/findings.md); the rank's claims are their means
         ("claims", list[ClaimDoc] | UnsetType, UNSET),
     ]
@@ -269,6 +271,7 @@ class ReportDoc(Struct, omit_defaults=True, kw_only=True):
     errors: list[str]  # analyses, rules or modules that failed or could not run; the rest of the report stands
     verdict: Any | UnsetType = UNSET
     runs: Any | UnsetType = UNSET
+    strategy: dict[str, Any] | UnsetType = UNSET  # the parallel strategy the trace shows (docs/communication.md)
 
 
 def from_dict(d: dict) -> ReportDoc:

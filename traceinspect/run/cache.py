@@ -61,7 +61,9 @@ def cache_root(config: Config) -> Path:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The folder: checked at every use; a refusal is one line on stderr, once per folder and reason
+# The folder: checked when opened (by ``checked`` at the start of every report); a refusal is one line on stderr,
+# once per folder and reason. The open store is held for this process's later operations: everything in it goes
+# through its folder descriptor, so the checked folder is the one used, whatever its path comes to name meanwhile.
 
 
 def _printable(text: str) -> str:
@@ -73,13 +75,33 @@ def _note(reason: str) -> None:
     print(f"traceinspect: cache not used: {_printable(reason)}; the report runs without it", file=sys.stderr)
 
 
+# process id -> (root, the store open there): a forked worker opens its own (the parent's index connection is not
+# its to use) and leaves the parent's untouched.
+_OPEN: dict[int, tuple[Path, Store]] = {}
+
+
+def _open(root: Path) -> Store:
+    """The checked store at ``root``, opened now and held in place of the one held before (raises as
+    ``open_store``; then none is held)."""
+    held = _OPEN.pop(os.getpid(), None)
+    if held is not None:
+        held[1].close()
+    store = open_store(root, f"v{FORMAT}")
+    _OPEN[os.getpid()] = (root, store)
+    return store
+
+
 def _store(config: Config) -> Store | None:
+    root = cache_root(config)
+    held = _OPEN.get(os.getpid())
+    if held is not None and held[0] == root and held[1].usable():
+        return held[1]
     try:
-        return open_store(cache_root(config), f"v{FORMAT}")
+        return _open(root)
     except Refused as exc:
         _note(str(exc))
     except OSError as exc:
-        _note(f"{cache_root(config)} cannot be made ({exc.strerror})")
+        _note(f"{root} cannot be made ({exc.strerror})")
     return None
 
 
@@ -93,7 +115,7 @@ def refusal(config: Config, folder: str | os.PathLike | None = None) -> str | No
         if where == top or top in where.parents:
             return f"{root} is inside the trace folder {folder} (a report never writes there)"
     try:
-        open_store(root, f"v{FORMAT}").close()
+        _open(root)  # checked afresh, and held for the report's entries
     except Refused as exc:
         return str(exc)
     except OSError as exc:
@@ -259,8 +281,6 @@ def _write(config: Config, name: str, data: bytes) -> None:
         store.write(name, data, config.cache_max_bytes)
     except (OSError, Refused):  # a cache that cannot be written is no cache; the report does not depend on it
         pass
-    finally:
-        store.close()
 
 
 def _read(config: Config, name: str, limit: int | None = None) -> memoryview | None:
@@ -271,18 +291,13 @@ def _read(config: Config, name: str, limit: int | None = None) -> memoryview | N
         return store.read(name, config.cache_max_bytes if limit is None else limit)
     except (OSError, Refused):
         return None
-    finally:
-        store.close()
 
 
 def evict(config: Config) -> None:
     """Delete the least recently used entries until the folder holds at most ``cache_max_bytes``."""
     store = _store(config)
     if store is not None:
-        try:
-            store.evict(config.cache_max_bytes)
-        finally:
-            store.close()
+        store.evict(config.cache_max_bytes)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -308,8 +323,6 @@ def has_columns(path: Path, config: Config) -> bool:
         return store.exists(_cols_name(path))
     except OSError:
         return False
-    finally:
-        store.close()
 
 
 def get(path: Path, config: Config):

@@ -35,7 +35,7 @@ import shutil
 import sqlite3
 import stat
 import time
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 TAG_NAME = "CACHEDIR.TAG"
@@ -141,6 +141,7 @@ class Store:
     def __init__(self, root: Path, version: str):
         self.root, self.version = root, version
         self.fd = -1
+        self._db: sqlite3.Connection | None = None  # the index, connected on first use and kept
         root_fd = self._open_root()
         try:
             try:
@@ -186,9 +187,17 @@ class Store:
         return data
 
     def close(self) -> None:
+        self._disconnect()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def usable(self) -> bool:
+        """Open, and its folder still there (a folder removed meanwhile is made again by a fresh ``Store``)."""
+        try:
+            return self.fd >= 0 and os.fstat(self.fd).st_nlink > 0
+        except OSError:
+            return False
 
     # ----------------------------------------------------------------------------------------------------------
     # Entries
@@ -246,16 +255,28 @@ class Store:
         """Run ``change(db)`` in one write transaction of the index (made, or remade when damaged, first)."""
         for attempt in (0, 1):
             try:
-                with closing(self._connect()) as db:
-                    db.execute("BEGIN IMMEDIATE")
+                if self._db is None:
+                    self._db = self._connect()
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
                     if db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'entries'").fetchone()[0] == 0:
                         self._build(db)
                     change(db)
                     db.execute("COMMIT")
+                except BaseException:
+                    db.rollback()
+                    raise
                 return
             except sqlite3.DatabaseError:
+                self._disconnect()
                 if attempt or not self._damaged():
                     return
+
+    def _disconnect(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def _connect(self) -> sqlite3.Connection:
         try:

@@ -93,7 +93,6 @@ class _RankEntry(msgspec.Struct):
     fields: dict[str, Any]
     steps: bytes
     tables: dict[str, bytes]
-    skipped: list[tuple[str, str]] = []
 
 
 class _RankTaskEntry(msgspec.Struct):

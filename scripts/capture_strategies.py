@@ -1,0 +1,161 @@
+"""Capture real CPU (gloo) traces of the parallel strategies beyond DDP: FSDP2, tensor parallel, pipeline parallel.
+
+One process per rank under torchrun, e.g.::
+
+    torchrun --standalone --nproc-per-node 2 scripts/capture_strategies.py --strategy fsdp2 --out fixtures/x
+
+Strategies (small models, so each trace stays small):
+
+* ``fsdp2``: an MLP of ``--layers`` Linear+ReLU blocks, ``fully_shard`` on every block and on the root, AdamW.
+  Knobs: ``--reshard-after-forward {true,false}``, ``--forward-prefetch {on,off}`` (explicit
+  ``set_modules_to_forward_prefetch`` of the next block).
+* ``tp``: a two-layer MLP parallelized with ``ColwiseParallel`` / ``RowwiseParallel`` over a 1-D device mesh.
+* ``pp``: an MLP cut into one stage per rank (``PipelineStage``), ``--schedule {1f1b,gpipe}`` over
+  ``--microbatches`` micro-batches.
+
+The profiler schedule is ``wait=1 warmup=1 active=--active`` (one file per rank), shapes recorded so gloo's
+collectives carry sizes. What the run is (strategy, knobs, mesh) is written into every trace under
+``traceinspect.extra.strategy``. The loop runs ``wait + warmup + active`` steps, plus one so the window closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from traceinspect.capture import profile  # noqa: E402
+
+
+def _mlp(width: int, layers: int) -> nn.Sequential:
+    blocks = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(layers)]
+    return nn.Sequential(*blocks)
+
+
+def _batch(args, rank: int, step: int):
+    if rank == args.slow_rank and args.slow_ms > 0:  # a slow input pipeline on one rank: the straggler case
+        time.sleep(args.slow_ms / 1000.0)
+    g = torch.Generator().manual_seed(1000 * step + (0 if args.strategy in ("tp", "pp") else rank))
+    x = torch.randn(args.batch, args.width, generator=g)
+    y = torch.randn(args.batch, args.width, generator=g)
+    return x, y
+
+
+def _train_step(args, rank: int, model: nn.Module, opt):
+    """One training step of a model that runs whole on every rank (FSDP2, tensor parallel): forward, MSE loss,
+    backward, optimizer step."""
+
+    def step(i: int) -> None:
+        x, y = _batch(args, rank, i)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _fsdp2(args, rank: int, ws: int):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (ws,), mesh_dim_names=("dp",))
+    model = _mlp(args.width, args.layers)
+    raf = args.reshard_after_forward == "true"
+    for block in model:
+        fully_shard(block, mesh=mesh, reshard_after_forward=raf)
+    fully_shard(model, mesh=mesh, reshard_after_forward=raf)
+    if args.forward_prefetch == "on":
+        for cur, nxt in zip(model[:-1], model[1:]):
+            cur.set_modules_to_forward_prefetch([nxt])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    described = {"reshard_after_forward": raf, "forward_prefetch": args.forward_prefetch == "on", "mesh": {"dp": ws},
+                 "layers": args.layers}
+    return _train_step(args, rank, model, opt), described
+
+
+def _tp(args, rank: int, ws: int):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (ws,), mesh_dim_names=("tp",))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(args.width, 4 * args.width), nn.ReLU(), nn.Linear(4 * args.width, args.width))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    described = {"mesh": {"tp": ws}, "plan": {"0": "ColwiseParallel", "2": "RowwiseParallel"}}
+    return _train_step(args, rank, model, opt), described
+
+
+def _pp(args, rank: int, ws: int):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    torch.manual_seed(0)
+    per = max(1, args.layers // ws)
+    stage_mod = _mlp(args.width, per)
+    stage = PipelineStage(stage_mod, rank, ws, torch.device("cpu"))
+    cls = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
+    sched = cls(stage, n_microbatches=args.microbatches, loss_fn=nn.functional.mse_loss)
+    opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-3)
+
+    def step(i: int) -> None:
+        x, y = _batch(args, rank, i)
+        if rank == 0:
+            sched.step(x)
+        elif rank == ws - 1:
+            sched.step(target=y, losses=[])
+        else:
+            sched.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, {"stages": ws, "stage": rank, "schedule": args.schedule, "microbatches": args.microbatches,
+                  "layers_per_stage": per}
+
+
+BUILDERS = {"fsdp2": _fsdp2, "tp": _tp, "pp": _pp}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--strategy", choices=sorted(BUILDERS), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--active", type=int, default=6)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--reshard-after-forward", choices=("true", "false"), default="true")
+    p.add_argument("--forward-prefetch", choices=("on", "off"), default="off")
+    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-ms before each batch")
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    step, described = BUILDERS[args.strategy](args, rank, ws)
+    extra = {"strategy": {"name": args.strategy, "world_size": ws, **described},
+             "slow": {"rank": args.slow_rank, "ms": args.slow_ms} if args.slow_ms > 0 else None,
+             "torch": torch.__version__, "batch": args.batch, "width": args.width}
+    wait, warmup = 1, 1
+    with profile(args.out, wait=wait, warmup=warmup, active=args.active, record_shapes=True, extra=extra,
+                 verbose=rank == 0) as prof:
+        for i in range(wait + warmup + args.active + 1):
+            step(i)
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

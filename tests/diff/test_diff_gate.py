@@ -1,0 +1,108 @@
+"""The work-vs-rate diff and the regression gate on real H200 captures (fixtures/gpu_diff/): repeats of three
+unchanged jobs and their one-knob regressions. Every expectation is recomputed here from the step times."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import pytest
+
+from gpu_diff_fixtures import REGRESSIONS, REPEATS, analysed, diff_of, walls
+
+PCT = 5.0
+
+REPEAT_PAIRS = [(a, b) for reps in REPEATS.values() for a, b in itertools.permutations(reps, 2)]
+REGRESSION_PAIRS = [(a, r) for job, regs in REGRESSIONS.items() for r in regs for a in REPEATS[job]]
+
+
+def welch_beyond_noise(a: list[float], b: list[float]) -> bool:
+    """The documented rule by hand: |delta| > 2 x Welch SE and > 1 % of the base mean step."""
+    delta = statistics.fmean(b) - statistics.fmean(a)
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    return abs(delta) > 2 * se and abs(delta) > 0.01 * statistics.fmean(a)
+
+
+@pytest.mark.parametrize("base,new", REPEAT_PAIRS, ids=lambda x: x)
+def test_gate_never_trips_on_repeats_of_an_unchanged_job(base, new):
+    dd = diff_of([base], [new])
+    assert not dd["verdict"]["work_changed"], dd["verdict"]["work_items"]
+    assert dd["gate"]["tripped"] is False
+    slower = statistics.fmean(walls(new)) > statistics.fmean(walls(base)) * (1 + PCT / 100)
+    if slower and welch_beyond_noise(walls(base), walls(new)):  # a machine difference the gate must not count...
+        counted = diff_of([base], [new], count_machine=True)
+        assert counted["gate"]["tripped"] is True  # ...unless asked to
+        assert "--count-machine" in dd["gate"]["reasons"][0]
+
+
+def test_repeats_of_the_host_bound_jobs_differ_beyond_their_step_noise():
+    """The problem the verdict exists for: captures of one unchanged job, step times far apart."""
+    sig = [(a, b) for a, b in REPEAT_PAIRS if a.startswith(("cpu", "gpu_a", "gpu_b", "gpu_c"))
+           and b.startswith(("cpu", "gpu_a", "gpu_b", "gpu_c")) and welch_beyond_noise(walls(a), walls(b))]
+    assert len(sig) >= 6
+
+
+@pytest.mark.parametrize("base,new", [p for p in REPEAT_PAIRS if p[0][:3] == p[1][:3] and "fp32" not in p[0]],
+                         ids=lambda x: x)
+def test_machine_verdict_names_the_rate_that_changed(base, new):
+    dd = diff_of([base], [new])
+    v = dd["verdict"]
+    if not welch_beyond_noise(walls(base), walls(new)):
+        assert v["kind"] == "none"
+        return
+    assert v["kind"] == "machine" and v["bound"] == "host"
+    rates = {r["key"]: r for r in dd["rate"]}
+    named = rates[v["rates"][0]]
+    delta = statistics.fmean(walls(new)) - statistics.fmean(walls(base))
+    # the host-side rate whose time effect (new launches x the change per launch) is the largest, in the direction
+    # of the step change
+    host = [r for k, r in rates.items() if k in ("host_per_launch_us", "cpu_per_launch_us") and r["changed"]
+            and r["effect_us"] * delta > 0]
+    assert named is max(host, key=lambda r: abs(r["effect_us"]))
+    assert f"{named['base']:.1f} us -> {named['new']:.1f} us" in v["text"]
+    assert ("faster" if delta < 0 else "slower") in v["text"] and "machine difference" in v["text"]
+    launches = [s["launch_count"] for s in analysed(new)[0]["ranks"][0]["steps"] if not s["synthetic"]]
+    per_launch = lambda n: statistics.fmean(  # noqa: E731
+        (s["cpu_step_us"] - s["sync_us"] - s["dataloader_us"]) / s["launch_count"]
+        for s in analysed(n)[0]["ranks"][0]["steps"] if not s["synthetic"])
+    assert rates["host_per_launch_us"]["base"] == pytest.approx(per_launch(base))
+    assert rates["host_per_launch_us"]["effect_us"] == pytest.approx(
+        statistics.fmean(launches) * (per_launch(new) - per_launch(base)))
+
+
+@pytest.mark.parametrize("base,new", REGRESSION_PAIRS, ids=lambda x: x)
+def test_gate_trips_on_every_regression_slower_beyond_pct_and_noise(base, new):
+    dd = diff_of([base], [new])
+    assert dd["verdict"]["work_changed"] and dd["verdict"]["kind"] == "code"
+    cost = statistics.fmean(walls(new)) / statistics.fmean(walls(base)) - 1
+    expected = cost > PCT / 100 and welch_beyond_noise(walls(base), walls(new))
+    assert dd["gate"]["tripped"] is expected, (cost, dd["gate"]["reasons"])
+    if expected:
+        assert dd["gate"]["reasons"][0].startswith("step ") and "the work changed" in dd["gate"]["reasons"][0]
+
+
+def test_the_optimizer_regression_is_told_by_kernel_names_and_launches():
+    dd = diff_of(["gpu_a"], ["gpu_single"])
+    work = {r["key"]: r for r in dd["work"]}
+    assert work["launch_count"]["changed"] and work["launch_count"]["new"] > 2 * work["launch_count"]["base"]
+    k = dd["names"]["kernels"]
+    fused = [c for c in k["changed"] if c["name"].startswith("void at::native::(anonymous namespace)::multi_tensor")]
+    assert fused and all(c["new_count"] == 0 for c in fused)
+
+
+def test_several_captures_a_side_put_the_between_run_spread_in_the_noise():
+    reps = REPEATS["deep"]
+    one = diff_of([reps[0]], ["cpu_single"])
+    many = diff_of(reps, ["cpu_single"])
+    assert one["overall"]["runs"]["measured"] is False and "not measured" in one["overall"]["runs"]["note"]
+    runs = many["overall"]["runs"]
+    means = [statistics.fmean(walls(n)) for n in reps]
+    assert runs["measured"] is True and runs["base"] == 3 and runs["new"] == 1
+    assert runs["between_run_sd_us"]["base"] == pytest.approx(statistics.stdev(means))
+    assert many["overall"]["base"]["mean_us"] == pytest.approx(statistics.fmean(means))
+    # the new side borrows the base's between-run variance: se^2 = b/3 + b/1 (b above every within-run term here)
+    b = statistics.variance(means)
+    assert many["overall"]["se_us"] == pytest.approx(math.sqrt(b / 3 + b / 1))
+    assert many["overall"]["threshold_us"] > one["overall"]["threshold_us"]
+    assert many["runs"]["measured"] is True and len(many["runs"]["base"]) == 3

@@ -1,0 +1,97 @@
+"""``traceinspect diff --markdown`` and ``--html``: the step-time change, the verdict, and work and rate side by
+side (formatting only: every number comes from the diff dict, ``report/diff_runs.py``). Names from traces are
+escaped: Markdown gets ``\\ ` * _ [ ] < |`` backslash-escaped, HTML is escaped (``html.escape``)."""
+
+from __future__ import annotations
+
+import html
+import re
+from itertools import zip_longest
+
+from .diff_work_text import name_lines, plain, rate_cells, runs_line, signed_ms, work_cells
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|])")  # what could start markup or end a table cell
+
+
+def md(s) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", plain(s))
+
+
+def _step_line(dd: dict) -> str:
+    o = dd.get("overall") or {}
+    if o.get("delta_us") is None:
+        return "Step time: not on both sides"
+    sig = {True: "beyond the noise", False: "within the noise", None: "noise unknown"}[o.get("significant")]
+    rel = f" ({100 * o['rel_change']:+.1f} %)" if o.get("rel_change") is not None else ""
+    return (f"Step time: {o['base']['mean_us'] / 1000:.2f} ms -> {o['new']['mean_us'] / 1000:.2f} ms, "
+            f"{signed_ms(o['delta_us'])}{rel}, {sig}")
+
+
+def _side_by_side(dd: dict) -> list[list[str]]:
+    blank_w, blank_r = [""] * 4, [""] * 5
+    return [(w or blank_w) + (r or blank_r) for w, r in zip_longest(work_cells(dd), rate_cells(dd))]
+
+
+def render_diff_markdown(dd: dict) -> str:
+    lines = ["# traceinspect diff", ""]
+    for side in ("base", "new"):
+        srcs = (dd.get("runs") or {}).get(side) or [dd[side].get("source")]
+        lines.append(f"- {side}: " + ", ".join(f"`{md(s)}`" for s in srcs))
+    lines += ["", md(_step_line(dd)), ""]
+    v = dd.get("verdict")
+    if v:
+        lines += [f"**Verdict ({md(v['kind'])})**: {md(v['text'])}", ""]
+    if runs_line(dd):
+        lines += [md(runs_line(dd)), ""]
+    if dd.get("gate"):
+        g = dd["gate"]
+        lines += [f"**Regression gate ({g['pct']:g} %)**: {'tripped' if g['tripped'] else 'passed'}"]
+        lines += [f"- {md(r)}" for r in g["reasons"]] + [""]
+    lines += ["## Work and rate, per step", "",
+              "| work | base | new | | rate | base | new | change | effect/step |",
+              "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in _side_by_side(dd)]
+    names = name_lines(dd)
+    if names:
+        lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]
+    return "\n".join(lines) + "\n"
+
+
+_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-right:2em}"
+          "td,th{padding:2px 8px;border-bottom:1px solid #ddd}td.n{text-align:right}.row{display:flex;"
+          "flex-wrap:wrap}.changed{color:#b00}pre{background:#f6f6f6;padding:.5em}")
+
+
+def _table(caption: str, head: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    out = [f"<table><caption>{e(caption)}</caption><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cells = [f"<td>{e(r[0])}</td>"] + [f'<td class="n {e(c)}">{e(c)}</td>' for c in r[1:]]
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+def render_diff_html(dd: dict) -> str:
+    e = lambda s: html.escape(plain(s))  # noqa: E731
+    parts = ["<!doctype html>", '<html><head><meta charset="utf-8"><title>traceinspect diff</title>',
+             f"<style>{_STYLE}</style></head><body>", "<h1>traceinspect diff</h1>", "<ul>"]
+    for side in ("base", "new"):
+        srcs = (dd.get("runs") or {}).get(side) or [dd[side].get("source")]
+        parts.append(f"<li>{side}: {', '.join(e(s) for s in srcs)}</li>")
+    parts += ["</ul>", f"<p>{e(_step_line(dd))}</p>"]
+    v = dd.get("verdict")
+    if v:
+        parts.append(f"<p><b>Verdict ({e(v['kind'])})</b>: {e(v['text'])}</p>")
+    if runs_line(dd):
+        parts.append(f"<p>{e(runs_line(dd))}</p>")
+    g = dd.get("gate")
+    if g:
+        parts.append(f"<p><b>Regression gate ({g['pct']:g} %)</b>: {'tripped' if g['tripped'] else 'passed'}</p><ul>"
+                     + "".join(f"<li>{e(r)}</li>" for r in g["reasons"]) + "</ul>")
+    parts.append('<div class="row">' + _table("what it did, per step", ["work", "base", "new", ""], work_cells(dd))
+                 + _table("how fast", ["rate", "base", "new", "change", "effect/step"], rate_cells(dd)) + "</div>")
+    names = name_lines(dd)
+    if names:
+        parts.append("<h2>By name</h2><pre>" + "\n".join(e(n) for n in names) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

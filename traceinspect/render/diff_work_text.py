@@ -1,0 +1,114 @@
+"""The work-vs-rate part of ``traceinspect diff``'s text, and the regression gate's line (formatting only: every
+number comes from the diff dict, ``report/diff_runs.py``). Names read from traces are shown as plain text: control
+characters become ``?`` and nothing in them is taken as markup."""
+
+from __future__ import annotations
+
+import io
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def plain(s) -> str:
+    """A name or sentence from the diff as one line of plain text."""
+    return _CONTROL.sub("?", str(s))
+
+
+def value(v, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "bytes":
+        return f"{v / 1e6:.2f} MB"
+    if unit == "us":
+        return f"{v / 1000:.2f} ms" if abs(v) >= 1000 else f"{v:.1f} us"
+    return f"{v:.0f}" if abs(v - round(v)) < 0.05 else f"{v:.1f}"
+
+
+def rel(v) -> str:
+    return "-" if v is None else f"{100 * v:+.0f} %"
+
+
+def signed_ms(us) -> str:
+    return "-" if us is None else f"{us / 1000:+.2f} ms"
+
+
+def work_cells(dd: dict) -> list[list[str]]:
+    """Rows of the work table: what, base, new, changed."""
+    return [[r["label"], value(r["base"], r["unit"]), value(r["new"], r["unit"]), "changed" if r["changed"] else "same"]
+            for r in dd.get("work", [])]
+
+
+def rate_cells(dd: dict) -> list[list[str]]:
+    """Rows of the rate table: what, base, new, change, time effect per step."""
+    return [[r["label"], value(r["base"], r["unit"]), value(r["new"], r["unit"]), rel(r["rel_change"]),
+             signed_ms(r["effect_us"])] for r in dd.get("rate", [])]
+
+
+def name_lines(dd: dict) -> list[str]:
+    out = []
+    for section in ("kernels", "ops"):
+        n = (dd.get("names") or {}).get(section) or {}
+        if not n.get("available"):
+            continue
+        if not n["changed_names"]:
+            out.append(f"{n['what']}s by name: the same names and counts per step")
+            continue
+        out.append(f"{n['what']}s by name: {n['changed_names']} changed count per step "
+                   f"({signed_ms(n['changed_delta_us'])} of time with them):")
+        for c in n["changed"][:5]:
+            out.append(f"  {value(c['base_count'], 'count')} -> {value(c['new_count'], 'count')}  "
+                       f"{signed_ms(c['delta_us'])}  {plain(c['name'])[:100]}")
+    return out
+
+
+def runs_line(dd: dict) -> str:
+    o = dd.get("overall") or {}
+    runs = o.get("runs") or {}
+    if not runs:
+        return ""
+    if runs.get("note"):
+        return f"Noise: {runs['note']}."
+    sd = runs.get("between_run_sd_us") or {}
+    parts = [f"{side} {runs[side]} capture(s), between-run sd {value(sd.get(side), 'us')}" for side in ("base", "new")]
+    return f"Noise across runs: {'; '.join(parts)} (joins the step-to-step noise)."
+
+
+def render_work_rate_text(dd: dict, width: int = 120) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    if "verdict" not in dd:
+        return ""
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False, soft_wrap=False)
+    con.print()
+    con.print(Text("Work vs rate", style="bold"))
+    v = dd["verdict"]
+    con.print(Text(f"Verdict ({v['kind']}): {plain(v['text'])}"))
+    line = runs_line(dd)
+    if line:
+        con.print(Text(line))
+    work = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", title="what it did, per step")
+    for col in ("work", "base", "new", ""):
+        work.add_column(col, justify="left" if col in ("work", "") else "right")
+    for row in work_cells(dd):
+        work.add_row(*row)
+    rate = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", title="how fast")
+    for col in ("rate", "base", "new", "change", "effect/step"):
+        rate.add_column(col, justify="left" if col == "rate" else "right")
+    for row in rate_cells(dd):
+        rate.add_row(*row)
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(work, rate)
+    con.print(grid)
+    for ln in name_lines(dd):
+        con.print(Text(ln))
+    return buf.getvalue()
+
+
+def render_gate_line(gate: dict) -> str:
+    head = (f"regression gate ({gate['pct']:g} %{', machine differences counted' if gate['count_machine'] else ''}): "
+            f"{'TRIPPED' if gate['tripped'] else 'passed'}")
+    return head + "".join(f"\n  {plain(r)}" for r in gate["reasons"])
