@@ -76,8 +76,11 @@ def expected(traces: list[dict]) -> dict:
         if inside and not fused:
             exp["optimizer.foreach"] = any(o["name"].startswith("aten::_foreach_") and o["name"] != "aten::_foreach_zero_"
                                            for o in inside)
+    if isinstance(meta.get("amp_dtype"), str):
+        exp["amp_dtype"] = meta["amp_dtype"]
+    elif meta.get("workload"):  # the reference workload states its dtype; null there is fp32
+        exp["amp_dtype"] = "none"
     if "workload" in meta:
-        exp["amp_dtype"] = meta.get("amp_dtype") or "none"
         dl = meta.get("dataloader") or {}
         if dl:
             exp["loader.num_workers"] = dl.get("num_workers")

@@ -234,8 +234,10 @@ def _compile(counts: pd.DataFrame, work: dict) -> CompileSetup:
 def _amp(meta: dict, steps: pd.DataFrame) -> tuple[str | None, str | None]:
     """The autocast dtype the capture recorded; else what the matrix kernels ran in (the precision analysis):
     the 16-bit dtype with the most matmul time, "none" where they ran only in fp32/TF32; None without them."""
-    if "amp_dtype" in meta and "workload" in meta:  # a traceinspect capture always writes both
-        return (meta["amp_dtype"] or "none"), "capture metadata"
+    if isinstance(meta.get("amp_dtype"), str):  # the capture was told the autocast dtype
+        return meta["amp_dtype"], "capture metadata"
+    if meta.get("workload") and "amp_dtype" in meta:  # the reference workload always states it: null is fp32
+        return "none", "capture metadata"
     if "matmul_us" not in steps or not len(steps):
         return None, None
     total = float(np.nansum(steps["matmul_us"].to_numpy(float)))
