@@ -81,7 +81,10 @@ def run_rules(report, config) -> list:
     rules, errors = load_rules()
     report.errors.extend(errors)
     findings = []
+    kinds = tuple(getattr(getattr(report, "strategy", None), "kinds", ()) or ())
     for rule in rules:
+        if not rule.applies_to(kinds):
+            continue
         unmet = missing_needs(rule, report)
         if unmet:
             report.errors.extend(unmet)

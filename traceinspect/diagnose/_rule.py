@@ -60,6 +60,13 @@ class Rule:
     evidence: type  # the msgspec.Struct of its evidence
     fix: Callable  # fix(evidence, setup=None) -> code to paste
     check: Callable  # check(report, config) -> list[Finding]
+    # The parallel strategies it applies to (``Strategy.kinds``: "ddp", "fsdp1", "fsdp2", "tp", "pp"); None: any.
+    # A run that shows strategies, none of them these, is not checked (DDP's rules never fire on FSDP or PP).
+    strategies: tuple[str, ...] | None = None
+
+    def applies_to(self, kinds: tuple[str, ...]) -> bool:
+        """Whether the rule runs on a run showing ``kinds`` (empty: no strategy seen, so every rule runs)."""
+        return self.strategies is None or not kinds or any(k in self.strategies for k in kinds)
 
     @property
     def doc(self) -> str:
