@@ -48,7 +48,9 @@ class OptimizerSetup:
 @dataclass(frozen=True)
 class CompileSetup:
     """torch.compile's traces in the events: compiled-region annotations (Dynamo frames, ``CompiledFunction``),
-    Dynamo cache lookups, Inductor's Triton kernels; ``mode``: the compile mode the capture recorded, else None."""
+    Dynamo cache lookups, Inductor's Triton kernels; ``mode``: the compile mode the capture recorded, else
+    ``"reduce-overhead"`` where CUDA/HIP graphs are replayed inside the compiled regions (torch.compile's CUDA
+    graphs), else None."""
 
     compiled: bool
     regions: int = 0
@@ -125,7 +127,7 @@ def describe_setup(rank: RankTrace, steps: pd.DataFrame, tables: dict) -> Setup:
         device=device,
         device_name=rank.device_name,
         optimizer=opt,
-        compile=_compile(counts, work),
+        compile=_compile(counts, work, _graphs_in_regions(ev)),
         graph_launches=_count(counts, GRAPH_LAUNCH, runtime_only=True),
         amp_dtype=amp,
         amp_source=amp_source,
@@ -221,14 +223,34 @@ def _ops_inside(ev: pd.DataFrame, spans: np.ndarray) -> dict | None:
     return found if found["ops"] else None
 
 
-def _compile(counts: pd.DataFrame, work: dict) -> CompileSetup:
+def _compile(counts: pd.DataFrame, work: dict, graphs_in_regions: bool) -> CompileSetup:
     spans = (Kind.CPU_OP, Kind.USER_ANNOTATION)
     regions = _count(counts, COMPILED_REGION, kinds=spans)
     lookups = _count(counts, re.compile(f"^{DYNAMO_LOOKUP}$"), kinds=spans)
     triton = _count(counts, TRITON_KERNEL, kinds=(Kind.KERNEL,))
     mode = work.get("compile") if isinstance(work.get("compile"), str) and work.get("compile") != "none" else None
+    if mode is None and graphs_in_regions:  # the trace shows it: the compiled code replays CUDA graphs
+        mode = "reduce-overhead"
     return CompileSetup(compiled=bool(regions or lookups or triton), regions=regions, cache_lookups=lookups,
                         triton_kernels=triton, mode=mode)
+
+
+def _graphs_in_regions(ev: pd.DataFrame) -> bool:
+    """Whether a graph replay (``cudaGraphLaunch``...) ran inside a compiled region's span, on its thread."""
+    kind = ev["kind"].to_numpy()
+    launches = np.flatnonzero(((kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER)))
+                              & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s))))
+    if not len(launches):
+        return False
+    is_span = (kind == int(Kind.USER_ANNOTATION)) | (kind == int(Kind.CPU_OP))
+    regions = np.flatnonzero(is_span & name_mask(ev, lambda s: bool(COMPILED_REGION.search(s))))
+    ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
+    for r in regions:
+        inside = ((win[launches] == win[r]) & (tid[launches] == tid[r]) & (ts[launches] >= ts[r])
+                  & (ts[launches] + dur[launches] <= ts[r] + dur[r]))
+        if inside.any():
+            return True
+    return False
 
 
 def _amp(meta: dict, steps: pd.DataFrame) -> tuple[str | None, str | None]:
