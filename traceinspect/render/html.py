@@ -135,6 +135,7 @@ def render_html(d: dict, rep=None) -> str:
         runs=[line.strip() for line in sections.runs_lines(d)],
         top=findings[0]["severity"] if findings else "ok",
         verdict=sections.verdict(d),
+        communication=sections.communication(d) or "",
         waterfall=_waterfall(d),
         findings=[_finding(f) for f in findings],
         plots=_plots(d),

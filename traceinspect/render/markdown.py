@@ -66,6 +66,8 @@ def render_markdown(d: dict, plots: list[str] | None = None) -> str:
     if runs:
         out += ["Runs: " + md(runs[0]), ""] + [f"- {md(line.strip())}" for line in runs[1:]] + ([""] if runs[1:] else [])
     out += [f"**Verdict:** {md(sections.verdict(d))}", ""]
+    if sections.communication(d):
+        out += [f"Communication: {md(sections.communication(d))}", ""]
     out += waterfall_lines(d)
     if plots:
         out += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots] + [""]

@@ -36,6 +36,13 @@ def _strategy(d: dict) -> str:
     return f"{safe.words(s)} · " if s else ""
 
 
+def communication(d: dict) -> str | None:
+    """The document's note on its communication (``strategy.communication``: a parallel run without a collective
+    recorded), or None."""
+    note = (d.get("strategy") or {}).get("communication")
+    return safe.words(note) if note else None
+
+
 def breakdown_verdict(d: dict) -> str:
     """The slowest rank's mean step and where it went, plus the worst findings."""
     ranks = [r for r in d.get("ranks") or [] if (r.get("summary") or {}).get("steps")]

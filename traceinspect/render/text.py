@@ -114,6 +114,8 @@ def render(d: dict, console: Console) -> None:
     for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
         console.print(plain(line))
     console.print(plain("Verdict: " + verdict(d), style="bold"))
+    if sections.communication(d):
+        console.print(plain("Communication: " + sections.communication(d)))
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)

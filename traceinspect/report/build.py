@@ -214,5 +214,21 @@ def build_doc(report) -> ReportDoc:
         cross_rank=clean(report.cross_rank or {}),
         errors=list(report.errors),
         runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
-        strategy=clean(report.strategy.to_dict()),  # analyze/strategy.py over the rank analyses
+        strategy=clean(strategy_doc(report)),  # analyze/strategy.py over the rank analyses
     )
+
+
+def strategy_doc(report) -> dict:
+    """The strategy the ranks show (analyze/strategy.py) and, where it names a parallelism but no rank recorded a
+    collective, ``communication``: a sentence saying so (docs/communication.md)."""
+    d = report.strategy.to_dict()
+    colls = [ra.tables.get("collectives") for ra in report.ranks]
+    if not report.strategy.kinds or not report.ranks or any(c is not None and len(c) for c in colls):
+        return d
+    if report.world_size == 1:
+        d["communication"] = (f"no collective recorded: at world size 1 {report.strategy.parallelism} has no other "
+                              "rank to exchange with, so it issues no all-gather, reduce-scatter or all-reduce (the "
+                              "backend launches no communication kernel) and no communication finding applies")
+    else:
+        d["communication"] = "no collective recorded on any rank: no communication finding applies"
+    return d
