@@ -51,8 +51,9 @@ SPEED_CORRECTED = {"deep"}
 
 
 @lru_cache(maxsize=None)
-def events(name: str) -> tuple:
-    files = sorted((PAIRS_DIR / name).glob("*.json.gz"))
+def events(name: str, root: Path = PAIRS_DIR) -> tuple:
+    """The complete ("X") events of the one gzipped trace in ``root / name``."""
+    files = sorted((root / name).glob("*.json.gz"))
     assert len(files) == 1, files
     with gzip.open(files[0], "rt") as f:
         return tuple(e for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
