@@ -12,6 +12,7 @@ from functools import lru_cache
 import pytest
 
 from traceinspect.config import DEFAULT, Config
+from traceinspect.render.html import render_html
 from traceinspect.render.markdown import render_markdown
 from traceinspect.render.text import render_text
 from traceinspect.run.api import analyze_path
@@ -136,6 +137,7 @@ def test_fsdp2_at_world_size_1_is_named_and_says_no_collective_was_recorded():
     assert note.startswith("no collective recorded") and "world size 1" in note
     assert "Communication: no collective recorded" in render_text(d, width=1000)
     assert "Communication: no collective recorded" in render_markdown(d)
+    assert "Communication: no collective recorded" in render_html(d)
     for f in d["findings"]:  # no DDP or communication advice
         assert f["id"] not in {"small-buckets", "exposed-comm", "sync-every-microstep"}, f["id"]
 
