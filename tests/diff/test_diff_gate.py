@@ -161,3 +161,21 @@ def test_several_captures_a_side_put_the_between_run_spread_in_the_noise():
     assert many["overall"]["se_us"] == pytest.approx(math.sqrt(b / 3 + b / 1))
     assert many["overall"]["threshold_us"] > one["overall"]["threshold_us"]
     assert many["runs"]["measured"] is True and len(many["runs"]["base"]) == 3
+
+
+def test_a_work_change_that_saves_time_does_not_explain_a_slower_step():
+    """A repeat pair the host made 42 % slower, with a work change that would save time at the base's rates: the
+    step trigger does not count it; --count-machine does, as a machine difference."""
+    import copy
+
+    from traceinspect.report.diff_explain import gate
+
+    dd = diff_of(["gpu_a"], ["gpu_b"])
+    assert dd["overall"]["significant"] and dd["overall"]["rel_change"] > 0.3
+    verdict = copy.deepcopy(dd["verdict"])
+    cost = diff_of(["gpu_single"], ["gpu_a"])["verdict"]["work_cost"]  # the fused optimizer back: a saving
+    assert cost["us"] < 0
+    verdict.update(work_changed=True, kind="code", work_cost=cost)
+    g = gate(dd["overall"], verdict, PCT)
+    assert g["tripped"] is False and "saves time" in g["reasons"][-1]
+    assert gate(dd["overall"], verdict, PCT, count_machine=True)["tripped_by"] == ["machine"]

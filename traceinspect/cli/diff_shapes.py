@@ -1,7 +1,7 @@
 """The launch shape (grid and block) of every kernel of a rank's trace files, for the diff's kernels by name and
 shape (``report/diff_shapes.py``). Kineto records ``args.grid`` and ``args.block`` on CUDA kernel events; the events
 table of ``load/`` does not keep them, so they are read here once more from the files, only the few fields needed.
-A file whose text would exceed ``SHAPE_READ_CAP`` is not read again (the kernels are then compared by name only)."""
+A rank whose files' text would exceed ``SHAPE_READ_CAP`` is not read again (the kernels are then compared by name only)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,15 @@ def shape_of(args: _Args) -> str:
 
 
 def kernel_shapes(files: list[str]) -> dict[str, dict[str, list[float]]] | None:
-    """Kernel name -> shape -> [count, total us] over ``files``; None when a file cannot be read or decoded, or is
-    over the cap."""
+    """Kernel name -> shape -> [count, total us] over ``files`` (one rank's); None when a file cannot be read or
+    decoded, or the files' text together exceeds the cap."""
     from ..load.compressed import iter_bytes
 
     out: dict[str, dict[str, list[float]]] = {}
+    size = 0
     try:
         for path in files:
-            blocks, size = [], 0
+            blocks = []
             for b in iter_bytes(str(path)):
                 size += len(b)
                 if size > SHAPE_READ_CAP:

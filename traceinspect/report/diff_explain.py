@@ -18,8 +18,9 @@ the traces were read, the kernels by name, and returns the verdict:
   faster or slower host does not move it.
 
 ``gate`` trips on ``work`` when that cost exceeds ``pct`` % of BASE's step; on ``step`` when NEW is slower than
-BASE by more than ``pct`` %, beyond the noise, and the work changed; on ``machine`` (only with ``count_machine``)
-when the step is slower so with the same work.
+BASE by more than ``pct`` %, beyond the noise, and the work changed at a cost (a work change that saves time at the
+base's rates does not explain a slower step); on ``machine`` (only with ``count_machine``) when the step is slower
+so otherwise.
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ def priced(cost: dict) -> str:
 def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = False) -> dict:
     """Whether NEW is a regression against BASE (module docstring). ``tripped_by``: ``work`` (what the work change
     costs at the base's own rates exceeds ``pct`` % of the base step: no machine's speed enters it), ``step`` (the
-    step is slower by more than ``pct`` % beyond the noise and the work changed), ``machine`` (the same, the work
-    unchanged, with ``count_machine``). ``reasons``: what tripped it, or why it did not."""
+    step is slower by more than ``pct`` % beyond the noise and the work changed at a cost), ``machine`` (the same
+    otherwise, with ``count_machine``). ``reasons``: what tripped it, or why it did not."""
     out = {"pct": pct, "count_machine": count_machine, "tripped": False, "tripped_by": [], "reasons": []}
     if not overall or overall.get("delta_us") is None or not overall["base"]["mean_us"]:
         out["reasons"].append("no step time on both sides: nothing to gate")
@@ -224,8 +225,10 @@ def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = 
         out["reasons"].append(f"the work change costs {_ms(cost['us'])} a step at the base's own rates "
                               f"({100 * cost['rel']:+.1f} % of the base step, over {pct:g} %; {priced(cost)}): "
                               f"{'; '.join(verdict['work_items'][:4])}")
-    if rel > pct / 100.0 and beyond and (verdict["work_changed"] or count_machine):
-        out["tripped_by"].append("step" if verdict["work_changed"] else "machine")
+    # the work change, at the base's rates, is not a saving: it can explain a slower step
+    explains = verdict["work_changed"] and (cost.get("us") is None or cost["us"] > 0)
+    if rel > pct / 100.0 and beyond and (explains or count_machine):
+        out["tripped_by"].append("step" if explains else "machine")
         out["reasons"].append(f"{why}, beyond the noise ({overall['threshold_us'] / 1000:.2f} ms): {verdict['text']}")
     out["tripped"] = bool(out["tripped_by"])
     if out["tripped"]:
@@ -238,6 +241,9 @@ def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = 
     elif not beyond:
         noise = overall.get("threshold_us")
         out["reasons"].append(f"{why}: within the noise" + (f" ({noise / 1000:.2f} ms)" if noise else ""))
+    elif verdict["work_changed"]:
+        out["reasons"].append(f"{why}, beyond the noise, but the work change saves time at the base's rates: the "
+                              f"machine made it slower (not counted: --count-machine counts it)")
     else:
         out["reasons"].append(f"{why}, beyond the noise, but {verdict['text']} (not counted: --count-machine "
                               f"counts it)")
