@@ -1,5 +1,5 @@
 """The committed diff fixtures (fixtures/gpu_diff/: real H200 captures), analysed once per test session: each one's
-report dict and its kernels and CPU ops by name."""
+report dict and its kernels and CPU ops by name (and kernels by name and shape)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ REGRESSIONS = {"deep": ["cpu_single", "cpu_tiny"], "tf_bf16": ["gpu_fp32", "gpu_
 
 @functools.lru_cache(maxsize=None)
 def analysed(name: str) -> tuple[dict, dict]:
-    from traceinspect.analyze.inventory import report_inventory
+    from traceinspect.cli.diff_sides import inventory
     from traceinspect.config import Config
     from traceinspect.run import report_folder
 
     r = report_folder(FIXTURES / name, Config(use_cache=False))
-    return r.to_dict(), report_inventory(r.analysis)
+    return r.to_dict(), inventory(r)
 
 
 def diff_of(base: list[str], new: list[str], pct: float | None = 5.0, **kw) -> dict:

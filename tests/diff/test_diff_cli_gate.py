@@ -48,6 +48,18 @@ def test_gate_exit_codes_with_several_captures_and_a_saved_baseline(tmp_path):
     assert "regression gate" in again.stderr
 
 
+def test_the_gate_trips_on_the_work_cost_where_the_noise_across_runs_hides_the_step(tmp_path):
+    f = lambda n: FIXTURES / n  # noqa: E731
+    p = cli("diff", f("cpu_a"), f("cpu_b"), f("cpu_c"), "--", f("cpu_tiny"), "--fail-on-regression", "5",
+            "--cache-dir", tmp_path / "cache", "--json", tmp_path / "d.json")
+    assert p.returncode == 1, p.stderr
+    assert "regression gate (5 %): TRIPPED" in p.stdout and "the work change costs" in p.stdout
+    dd = json.loads((tmp_path / "d.json").read_text())
+    assert dd["gate"]["tripped_by"] == ["work"] and dd["overall"]["significant"] is False
+    assert dd["names"]["kernel_shapes"]["available"] is True
+    jsonschema.validate(dd, diff_json_schema())
+
+
 def test_usage_errors_are_one_line():
     p = cli("diff", FIXTURES / "gpu_a")
     assert p.returncode == 2 and "Traceback" not in p.stderr and "BASE NEW" in p.stderr

@@ -83,8 +83,9 @@ def _parse_pairs(values) -> list[tuple[int, int]]:
 @click.option("--markdown", "md_path", metavar="PATH", help="Write the diff as Markdown to PATH.")
 @click.option("--html", "html_path", metavar="PATH", help="Write the diff as a self-contained HTML page to PATH.")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
-              help="Exit 1 when NEW's step is slower than BASE's by more than PCT % and beyond the noise, and the "
-                   "work explains it (docs/diff.md); what tripped it is printed.")
+              help="Exit 1 when what the work change costs at BASE's own rates exceeds PCT % of BASE's step, or "
+                   "NEW's step is slower by more than PCT % beyond the noise and the work changed (docs/diff.md); "
+                   "what tripped it is printed.")
 @click.option("--count-machine", is_flag=True,
               help="With --fail-on-regression: a slower step with the same work (a machine difference) trips too.")
 @click.option("--pair", "pairs", multiple=True, metavar="BASE:NEW",

@@ -54,11 +54,20 @@ def _run_count(path: str, config) -> int:
     return int(runs["count"]) if runs and runs.get("count") else 1
 
 
-def _inventory(folder_report) -> dict | None:
+def inventory(folder_report) -> dict | None:
+    """Rank id -> its kernels and CPU ops by name, and its kernels by name and shape where the files record
+    shapes (``kernel_shapes``; None where they could not be read)."""
     try:
         from ..analyze.inventory import report_inventory
+        from ..report.diff_shapes import by_shape
+        from .diff_shapes import report_shapes
 
-        return report_inventory(folder_report.analysis)
+        inv = report_inventory(folder_report.analysis)
+        shapes = report_shapes(folder_report) or {}
+        for rank, one in inv.items():
+            s = shapes.get(rank)
+            one["kernel_shapes"] = by_shape(one["kernels"], s) if s is not None else None
+        return inv
     except Exception:  # noqa: BLE001 - the names are an extra; the diff stands without them
         return None
 
@@ -79,5 +88,5 @@ def load_sides(paths: list[str], config, load_side) -> tuple[list[dict], list[di
                 inventories.append(None)
             else:
                 reports.append(one.to_dict())
-                inventories.append(_inventory(one))
+                inventories.append(inventory(one))
     return reports, inventories

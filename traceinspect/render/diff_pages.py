@@ -8,7 +8,8 @@ import html
 import re
 from itertools import zip_longest
 
-from .diff_work_text import name_lines, plain, rate_cells, runs_line, signed_ms, work_cells
+from .diff_work_text import (SAME_SHAPE_HEAD, name_lines, plain, rate_cells, runs_line, same_shape_cells, signed_ms,
+                             work_cells)
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<|])")  # what could start markup or end a table cell
 
@@ -51,6 +52,11 @@ def render_diff_markdown(dd: dict) -> str:
               "| work | base | new | | rate | base | new | change | effect/step |",
               "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in _side_by_side(dd)]
+    same = same_shape_cells(dd)
+    if same:
+        lines += ["", "## GPU time per kernel of the same name and shape", "",
+                  "| " + " | ".join(SAME_SHAPE_HEAD) + " |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in same]
     names = name_lines(dd)
     if names:
         lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]
@@ -90,6 +96,9 @@ def render_diff_html(dd: dict) -> str:
                      + "".join(f"<li>{e(r)}</li>" for r in g["reasons"]) + "</ul>")
     parts.append('<div class="row">' + _table("what it did, per step", ["work", "base", "new", ""], work_cells(dd))
                  + _table("how fast", ["rate", "base", "new", "change", "effect/step"], rate_cells(dd)) + "</div>")
+    same = same_shape_cells(dd)
+    if same:
+        parts.append(_table("GPU time per kernel of the same name and shape", SAME_SHAPE_HEAD, same))
     names = name_lines(dd)
     if names:
         parts.append("<h2>By name</h2><pre>" + "\n".join(e(n) for n in names) + "</pre>")

@@ -45,20 +45,38 @@ def rate_cells(dd: dict) -> list[list[str]]:
              signed_ms(r["effect_us"])] for r in dd.get("rate", [])]
 
 
+def same_shape_cells(dd: dict) -> list[list[str]]:
+    """Rows of the table of kernels of the same name and shape on both sides (most GPU time first): kernel, shape,
+    calls per step, base and new GPU time per call, change."""
+    n = (dd.get("names") or {}).get("kernel_shapes") or {}
+    if not n.get("available"):
+        return []
+    return [[plain(r["name"])[:80], plain(r.get("shape", "")), value(r["count"], "count"),
+             value(r["base_us_per_call"], "us"), value(r["new_us_per_call"], "us"), rel(r["rel_change"])]
+            for r in n.get("same", [])]
+
+
+SAME_SHAPE_HEAD = ["kernel (same name and shape)", "shape", "calls/step", "base/call", "new/call", "change"]
+
+
 def name_lines(dd: dict) -> list[str]:
     out = []
-    for section in ("kernels", "ops"):
+    for section in ("kernels", "ops", "kernel_shapes"):
         n = (dd.get("names") or {}).get(section) or {}
         if not n.get("available"):
+            if section == "kernel_shapes" and (dd.get("names") or {}).get("kernels", {}).get("available"):
+                out.append("kernel shapes: not read (the trace files are too large, or do not decode)")
             continue
+        what = "kernels by name and shape" if section == "kernel_shapes" else f"{n['what']}s by name"
         if not n["changed_names"]:
-            out.append(f"{n['what']}s by name: the same names and counts per step")
+            out.append(f"{what}: the same names and counts per step")
             continue
-        out.append(f"{n['what']}s by name: {n['changed_names']} changed count per step "
+        out.append(f"{what}: {n['changed_names']} changed count per step "
                    f"({signed_ms(n['changed_delta_us'])} of time with them):")
         for c in n["changed"][:5]:
+            shape = f"  ({plain(c['shape'])})" if "shape" in c else ""
             out.append(f"  {value(c['base_count'], 'count')} -> {value(c['new_count'], 'count')}  "
-                       f"{signed_ms(c['delta_us'])}  {plain(c['name'])[:100]}")
+                       f"{signed_ms(c['delta_us'])}  {plain(c['name'])[:100]}{shape}")
     return out
 
 
@@ -103,6 +121,18 @@ def render_work_rate_text(dd: dict, width: int = 120) -> str:
     grid = Table.grid(padding=(0, 4))
     grid.add_row(work, rate)
     con.print(grid)
+    same = same_shape_cells(dd)
+    if same:
+        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold",
+                  title="GPU time per kernel of the same name and shape")
+        for col in SAME_SHAPE_HEAD:
+            if col == SAME_SHAPE_HEAD[0]:
+                t.add_column(col, justify="left", max_width=44, no_wrap=True, overflow="ellipsis")
+            else:
+                t.add_column(col, justify="left" if col == "shape" else "right", no_wrap=True)
+        for row in same:
+            t.add_row(*row)
+        con.print(t)
     for ln in name_lines(dd):
         con.print(Text(ln))
     return buf.getvalue()

@@ -51,11 +51,22 @@ class RateRowDoc(Struct, kw_only=True):
 
 class NameChangeDoc(Struct, kw_only=True):
     name: str
+    shape: str | UnsetType = UNSET  # kernels by name and shape only
     base_count: float
     new_count: float
     base_us: float
     new_us: float
     delta_us: float
+
+
+class SameNameDoc(Struct, kw_only=True):
+    name: str
+    count: float  # calls per step, the same on both sides
+    base_us_per_call: float
+    new_us_per_call: float
+    rel_change: Num
+    new_us: float
+    shape: str | UnsetType = UNSET  # kernels by name and shape: grid and block, or "shape not recorded"
 
 
 class TotalDoc(Struct, kw_only=True):
@@ -69,6 +80,8 @@ class NamesDoc(Struct, omit_defaults=True, kw_only=True):
     changed_names: int | UnsetType = UNSET
     changed: list[NameChangeDoc] | UnsetType = UNSET
     changed_delta_us: float | UnsetType = UNSET
+    changed_at_base_rate_us: float | UnsetType = UNSET  # the count changes at the base's time per call
+    same: list[SameNameDoc] | UnsetType = UNSET
     same_names_base_rate_us: float | UnsetType = UNSET
     same_names_new_us: float | UnsetType = UNSET
     same_names_rel_change: Num | UnsetType = UNSET
@@ -79,6 +92,16 @@ class NamesDoc(Struct, omit_defaults=True, kw_only=True):
 class NameSectionsDoc(Struct, kw_only=True):
     kernels: NamesDoc
     ops: NamesDoc
+    kernel_shapes: NamesDoc | UnsetType = UNSET  # kernels by name and launch shape (grid, block)
+
+
+class WorkCostDoc(Struct, kw_only=True):
+    us: Num  # the step change the work change predicts at the base's own rates (docs/diff.md)
+    rel: Num  # us over the base step
+    host_us: Num  # the host time it adds per step
+    gpu_us: Num  # the GPU time it adds per step
+    host_from: str  # what each side was priced from
+    gpu_from: str
 
 
 class VerdictDoc(Struct, kw_only=True):
@@ -87,8 +110,9 @@ class VerdictDoc(Struct, kw_only=True):
     bound: Literal["host", "gpu"] | None
     work_changed: bool
     work_items: list[str]
-    work_explains_us: Num
+    work_explains_us: Num  # work_cost.us
     rates: list[str]  # the keys of the rates the verdict names
+    work_cost: WorkCostDoc | None = None  # only where the work changed
 
 
 class GateDoc(Struct, kw_only=True):
@@ -96,6 +120,7 @@ class GateDoc(Struct, kw_only=True):
     count_machine: bool
     tripped: bool
     reasons: list[str]
+    tripped_by: list[Literal["work", "step", "machine"]] = []  # what tripped it
 
 
 class DiffDoc(Struct, omit_defaults=True, kw_only=True):

@@ -7,13 +7,20 @@ the traces were read, the kernels by name, and returns the verdict:
 * ``machine``: the work is the same (no work metric and no kernel name's count changed): the step changed because
   the same work went faster or slower; the verdict names the rate whose time effect is the largest in the direction
   of the change;
-* ``code``: the work changed; the verdict lists what changed and estimates the time it explains on the side that
-  bounds the step: the host (the GPU busy less than ``GPU_BOUND_SHARE`` of the step: the launches changed times the
-  base host time per launch, plus the change in sync waits) or the GPU (the changed kernels' GPU time by name, or the
-  change of GPU busy time beyond the same kernels' rate change).
+* ``code``: the work changed; the verdict lists what changed and what it costs at the base's own rates
+  (``work_cost``): the time it adds on the host (the CPU ops whose count changed, each at the base's time per call;
+  a name new in NEW at its new time per call over the price index of the unchanged names; without names, the
+  launches added times the base host time per launch plus the change in sync waits) and on the GPU (the kernels
+  whose count changed, priced the same way; without names, the change of GPU busy time beyond the per-kernel rate's
+  effect). The side that bounds the base step (the GPU when busy at least ``GPU_BOUND_SHARE`` of it, else the host)
+  takes the whole base step plus its change, the other side its own base time plus its change; the predicted step
+  is the larger. No rate of NEW enters it except through a new name's time, corrected by the price index, so a
+  faster or slower host does not move it.
 
-``gate`` trips when NEW is slower than BASE by more than ``pct`` % of BASE's step, beyond the noise, and the verdict
-is ``code`` (or any verdict with ``count_machine``).
+``gate`` trips on ``work`` when that cost exceeds ``pct`` % of BASE's step; on ``step`` when NEW is slower than
+BASE by more than ``pct`` %, beyond the noise, and the work changed at a cost (a work change that saves time at the
+base's rates does not explain a slower step); on ``machine`` (only with ``count_machine``) when the step is slower
+so otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ _SUBJECT = {
     "host_per_launch_us": "the host issued it", "cpu_per_launch_us": "the host issued it",
     "host_issue_us": "the host issued it", "gpu_per_kernel_us": "the GPU ran it",
     "gpu_per_matmul_us": "the GPU ran its matrix multiplies", "gpu_busy_us": "the GPU ran it",
+    "gpu_same_kernels_us": "the GPU ran the same kernels (name and shape)",
     "sync_us": "the host waited in syncs", "dataloader_us": "the host waited for the DataLoader",
 }
 _WAITS = ("sync_us", "dataloader_us")
@@ -76,25 +84,56 @@ def machine_rates(rates: list[dict], delta_us: float, bound: str | None) -> list
     return sorted(same, key=rank)
 
 
-def work_estimate(work: list[dict], rates: list[dict], kernels: dict, bound: str | None) -> float | None:
-    """The step time the work change explains, on the side that bounds the step (module docstring)."""
-    w, r = _rows(work), _rows(rates)
-    if bound == "host":
-        est = 0.0
-        if "launch_count" in w and "host_per_launch_us" in r:
-            est += w["launch_count"]["delta"] * r["host_per_launch_us"]["base"]
+def _host_change(w: dict, r: dict, ops: dict) -> tuple[float | None, str]:
+    """The host time the work change adds per step at the base's own rates, and what it was priced from."""
+    if ops.get("available"):
+        return ops["changed_at_base_rate_us"], "the CPU ops whose count changed, at the base's time per call"
+    if "launch_count" in w and "host_per_launch_us" in r:
+        est = w["launch_count"]["delta"] * r["host_per_launch_us"]["base"]
         if "sync_us" in r and "sync_count" in w and w["sync_count"]["changed"]:
             est += r["sync_us"]["new"] - r["sync_us"]["base"]
-        return est
-    if bound == "gpu":
-        if kernels.get("available"):
-            return kernels["changed_delta_us"]
-        if "gpu_busy_us" in r and "gpu_per_kernel_us" in r:
-            return (r["gpu_busy_us"]["new"] - r["gpu_busy_us"]["base"]) - r["gpu_per_kernel_us"]["effect_us"]
-    return None
+        return est, "the launches added at the base's host time per launch"
+    return None, ""
 
 
-def _work_items(work: list[dict], kernels: dict, ops: dict) -> list[str]:
+def _gpu_change(r: dict, kernels: dict, shapes: dict) -> tuple[float | None, str]:
+    """The GPU time the work change adds per step at the base's own rates, and what it was priced from."""
+    if shapes.get("available"):
+        return (shapes["changed_at_base_rate_us"],
+                "the kernels whose count changed by name and shape, at the base's GPU time per kernel of that shape")
+    if kernels.get("available"):
+        return kernels["changed_at_base_rate_us"], "the kernels whose count changed, at the base's GPU time per kernel"
+    if "gpu_busy_us" in r and "gpu_per_kernel_us" in r:
+        return ((r["gpu_busy_us"]["new"] - r["gpu_busy_us"]["base"]) - r["gpu_per_kernel_us"]["effect_us"],
+                "the GPU busy change beyond the per-kernel rate's")
+    return None, ""
+
+
+def work_cost(work: list[dict], rates: list[dict], kernels: dict, ops: dict, shapes: dict, bound: str | None,
+              wall_us: float | None) -> dict | None:
+    """What the work change costs per step at the base's own rates (module docstring): ``us`` (the step change it
+    predicts), ``host_us`` / ``gpu_us`` (the time it adds on each side) and what each was priced from. The side
+    that bounds the base step takes the whole base step, the other side its own busy time (the base GPU busy, or
+    the base host time outside waits), and the step is the larger of the two."""
+    w, r = _rows(work), _rows(rates)
+    dh, host_from = _host_change(w, r, ops)
+    dg, gpu_from = _gpu_change(r, kernels, shapes)
+    out = {"us": None, "rel": None, "host_us": dh, "gpu_us": dg, "host_from": host_from, "gpu_from": gpu_from}
+    if not wall_us:
+        return out
+    if bound is None:
+        out["us"] = dh
+    elif bound == "host" and dh is not None:
+        gpu = r["gpu_busy_us"]["base"] + (dg or 0.0)
+        out["us"] = max(wall_us + dh, gpu) - wall_us
+    elif bound == "gpu" and dg is not None:
+        host = r["host_issue_us"]["base"] + (dh or 0.0) if "host_issue_us" in r else 0.0
+        out["us"] = max(wall_us + dg, host) - wall_us
+    out["rel"] = out["us"] / wall_us if out["us"] is not None else None
+    return out
+
+
+def _work_items(work: list[dict], kernels: dict, ops: dict, shapes: dict | None = None) -> list[str]:
     items = [f"{row['label']} {_num(row['base'] or 0, row['unit'])} -> {_num(row['new'] or 0, row['unit'])}"
              for row in work if row["changed"]]
     for inv in (kernels, ops):
@@ -103,15 +142,25 @@ def _work_items(work: list[dict], kernels: dict, ops: dict) -> list[str]:
             names = ", ".join(f"{c['name'][:60]} {_num(c['base_count'], 'count')} -> {_num(c['new_count'], 'count')}"
                               for c in top)
             items.append(f"{inv['changed_names']} {inv['what']} name(s) changed count ({names})")
+    shapes = shapes or {}
+    if shapes.get("available") and shapes["changed_names"] and not kernels.get("changed_names"):
+        top = shapes["changed"][:2]
+        names = ", ".join(f"{c['name'][:60]} ({c['shape']}) {_num(c['base_count'], 'count')} -> "
+                          f"{_num(c['new_count'], 'count')}" for c in top)
+        items.append(f"the same kernel names, {shapes['changed_names']} launch shape(s) changed count ({names})")
     return items
 
 
-def explain(overall: dict | None, work: list[dict], rates: list[dict], kernels: dict, ops: dict) -> dict:
+def explain(overall: dict | None, work: list[dict], rates: list[dict], kernels: dict, ops: dict,
+            shapes: dict | None = None) -> dict:
     """The verdict (module docstring): ``kind``, ``text``, ``bound``, ``work_changed``, ``work_items``,
     ``work_explains_us``, ``rates`` (the keys of the rates named)."""
-    work_changed = any(r["changed"] for r in work) or bool(kernels.get("available") and kernels["changed_names"])
+    shapes = shapes or {}
+    work_changed = any(r["changed"] for r in work) or any(
+        bool(inv.get("available") and inv["changed_names"]) for inv in (kernels, shapes))
     out = {"kind": "unknown", "text": "", "bound": None, "work_changed": work_changed,
-           "work_items": _work_items(work, kernels, ops), "work_explains_us": None, "rates": []}
+           "work_items": _work_items(work, kernels, ops, shapes), "work_explains_us": None, "work_cost": None,
+           "rates": []}
     if not overall or overall.get("delta_us") is None:
         out["text"] = "no step time on both sides"
         return out
@@ -125,12 +174,16 @@ def explain(overall: dict | None, work: list[dict], rates: list[dict], kernels: 
         r = named[1]
         rate_text += f"; {r['label']} {_num(r['base'], 'us')} -> {_num(r['new'], 'us')}"
     if work_changed:
-        est = work_estimate(work, rates, kernels, bound)
+        cost = work_cost(work, rates, kernels, ops, shapes, bound, overall["base"]["mean_us"])
+        est = cost["us"]
         out["work_explains_us"] = est
+        out["work_cost"] = cost
         out["kind"] = "code"
         head = f"the work changed: {'; '.join(out['work_items'][:4])}"
-        share = f" ({_ms(est)} of the {_ms(delta)} change, on the {bound} side that bounds the step)" \
-            if est is not None and bound else ""
+        share = (f" (at the base's own rates it costs {_ms(est)} a step, {100 * cost['rel']:+.1f} % of the base "
+                 f"step, against a measured {_ms(delta)}; the {bound} bounds the base step)"
+                 if est is not None and bound else
+                 f" (at the base's own rates it costs {_ms(est)} a step)" if est is not None else "")
         out["text"] = head + share + (f"; and the rate: {rate_text}" if rate_text else "")
         return out
     if overall.get("significant") is None:
@@ -146,28 +199,52 @@ def explain(overall: dict | None, work: list[dict], rates: list[dict], kernels: 
     return out
 
 
+def priced(cost: dict) -> str:
+    """What a work cost was priced from, per side."""
+    sides = [f"{side} {_ms(cost[k])} from {cost[src]}" for side, k, src in
+             (("host", "host_us", "host_from"), ("GPU", "gpu_us", "gpu_from")) if cost.get(k) is not None]
+    return "; ".join(sides)
+
+
 def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = False) -> dict:
-    """Whether NEW is a regression against BASE: slower by more than ``pct`` % of the base step and beyond the
-    noise, and explained by the work (or by anything, with ``count_machine``). ``reasons``: what tripped it or why
-    it did not."""
-    out = {"pct": pct, "count_machine": count_machine, "tripped": False, "reasons": []}
+    """Whether NEW is a regression against BASE (module docstring). ``tripped_by``: ``work`` (what the work change
+    costs at the base's own rates exceeds ``pct`` % of the base step: no machine's speed enters it), ``step`` (the
+    step is slower by more than ``pct`` % beyond the noise and the work changed at a cost), ``machine`` (the same
+    otherwise, with ``count_machine``). ``reasons``: what tripped it, or why it did not."""
+    out = {"pct": pct, "count_machine": count_machine, "tripped": False, "tripped_by": [], "reasons": []}
     if not overall or overall.get("delta_us") is None or not overall["base"]["mean_us"]:
         out["reasons"].append("no step time on both sides: nothing to gate")
         return out
     rel = overall["delta_us"] / overall["base"]["mean_us"]
-    slower = rel > pct / 100.0
     beyond = bool(overall.get("significant"))
-    why = f"step {overall['base']['mean_us'] / 1000:.2f} -> {overall['new']['mean_us'] / 1000:.2f} ms ({100 * rel:+.1f} %)"
-    if not slower:
-        out["reasons"].append(f"{why}: not slower by more than {pct:g} %")
+    why = (f"step {overall['base']['mean_us'] / 1000:.2f} -> {overall['new']['mean_us'] / 1000:.2f} ms "
+           f"({100 * rel:+.1f} %)")
+    cost = verdict.get("work_cost") or {}
+    if verdict["work_changed"] and cost.get("rel") is not None and cost["rel"] > pct / 100.0:
+        out["tripped_by"].append("work")
+        out["reasons"].append(f"the work change costs {_ms(cost['us'])} a step at the base's own rates "
+                              f"({100 * cost['rel']:+.1f} % of the base step, over {pct:g} %; {priced(cost)}): "
+                              f"{'; '.join(verdict['work_items'][:4])}")
+    # the work change, at the base's rates, is not a saving: it can explain a slower step
+    explains = verdict["work_changed"] and (cost.get("us") is None or cost["us"] > 0)
+    if rel > pct / 100.0 and beyond and (explains or count_machine):
+        out["tripped_by"].append("step" if explains else "machine")
+        out["reasons"].append(f"{why}, beyond the noise ({overall['threshold_us'] / 1000:.2f} ms): {verdict['text']}")
+    out["tripped"] = bool(out["tripped_by"])
+    if out["tripped"]:
         return out
-    if not beyond:
+    if verdict["work_changed"] and cost.get("rel") is not None:
+        out["reasons"].append(f"the work change costs {_ms(cost['us'])} a step at the base's own rates "
+                              f"({100 * cost['rel']:+.1f} %): not over {pct:g} %")
+    if rel <= pct / 100.0:
+        out["reasons"].append(f"{why}: not slower by more than {pct:g} %")
+    elif not beyond:
         noise = overall.get("threshold_us")
         out["reasons"].append(f"{why}: within the noise" + (f" ({noise / 1000:.2f} ms)" if noise else ""))
-        return out
-    if verdict["kind"] == "code" or count_machine:
-        out["tripped"] = True
-        out["reasons"].append(f"{why}, beyond the noise ({overall['threshold_us'] / 1000:.2f} ms): {verdict['text']}")
-        return out
-    out["reasons"].append(f"{why}, beyond the noise, but {verdict['text']} (not counted: --count-machine counts it)")
+    elif verdict["work_changed"]:
+        out["reasons"].append(f"{why}, beyond the noise, but the work change saves time at the base's rates: the "
+                              f"machine made it slower (not counted: --count-machine counts it)")
+    else:
+        out["reasons"].append(f"{why}, beyond the noise, but {verdict['text']} (not counted: --count-machine "
+                              f"counts it)")
     return out

@@ -6,7 +6,9 @@ comparison (``overall``) over all captures (``report/diff_noise.py``), and these
 
 * ``runs``: the captures of each side and whether run-to-run variation is measured;
 * ``work`` / ``rate``: what the program did and how fast, on the compared ranks (``report/diff_work.py``);
-* ``names``: kernels and CPU ops whose count per step changed (only where the traces were read: ``inventories``);
+* ``names``: kernels and CPU ops whose count per step changed, and kernels by name and launch shape (only where the
+  traces were read: ``inventories``; ``report/diff_shapes.py``); the GPU time of the kernels of the same name and
+  shape joins ``rate`` as ``gpu_same_kernels_us``;
 * ``verdict``: which explains the step-time change (``report/diff_explain.py``);
 * ``gate``: only when ``fail_on_regression`` is given.
 """
@@ -17,6 +19,7 @@ from .diff import MIN_SHARE, SE_FACTOR, _real_steps, _slowest, describe, diff_re
 from .diff_doc import check
 from .diff_explain import explain, gate
 from .diff_noise import compare_runs
+from .diff_shapes import same_kernel_rate, shape_rows
 from .diff_work import name_rows, rate_rows, work_rows
 
 
@@ -44,6 +47,8 @@ def _inventory(inventories: list[dict] | None, ranks: list[int | None], what: st
     for inv, rank in zip(inventories, ranks):
         one = (inv or {}).get(rank)
         if not one:
+            return None
+        if one.get(what) is None:
             return None
         out.append(one[what])
     return out
@@ -77,8 +82,14 @@ def diff_runs(bases: list[dict], news: list[dict], pairs: list[tuple[int, int]] 
     dd["rate"] = rate_rows(base_runs, new_runs)
     dd["names"] = {"kernels": name_rows(_inventory(inv_a, ranks_a, "kernels"), _inventory(inv_b, ranks_b, "kernels"),
                                         "kernel"),
-                   "ops": name_rows(_inventory(inv_a, ranks_a, "ops"), _inventory(inv_b, ranks_b, "ops"), "CPU op")}
-    dd["verdict"] = explain(dd.get("overall"), dd["work"], dd["rate"], dd["names"]["kernels"], dd["names"]["ops"])
+                   "ops": name_rows(_inventory(inv_a, ranks_a, "ops"), _inventory(inv_b, ranks_b, "ops"), "CPU op"),
+                   "kernel_shapes": shape_rows(_inventory(inv_a, ranks_a, "kernel_shapes"),
+                                               _inventory(inv_b, ranks_b, "kernel_shapes"))}
+    same = same_kernel_rate(dd["names"]["kernel_shapes"])
+    if same is not None:
+        dd["rate"].append(same)
+    dd["verdict"] = explain(dd.get("overall"), dd["work"], dd["rate"], dd["names"]["kernels"], dd["names"]["ops"],
+                            dd["names"]["kernel_shapes"])
     if fail_on_regression is not None:
         dd["gate"] = gate(dd.get("overall"), dd["verdict"], fail_on_regression, count_machine)
     check(dd)

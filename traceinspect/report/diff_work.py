@@ -68,8 +68,9 @@ WORK: tuple[Metric, ...] = tuple(Metric(k, lab, unit, _field(k)) for k, lab, uni
 #: How fast the work went (us). ``per`` names the work metric a rate is per unit of (its time effect is that
 #: work's count times the change of the rate).
 RATE: tuple[Metric, ...] = (
-    Metric("cpu_per_launch_us", "CPU per launch call", "us", _ratio(_field("launch_call_us"), _field("launch_count"))),
-    Metric("host_per_launch_us", "host per launch", "us", _ratio(_host_issue_us, _field("launch_count"))),
+    Metric("cpu_per_launch_us", "CPU time per launch call", "us",
+           _ratio(_field("launch_call_us"), _field("launch_count"))),
+    Metric("host_per_launch_us", "CPU time per launch", "us", _ratio(_host_issue_us, _field("launch_count"))),
     Metric("gpu_per_kernel_us", "GPU per kernel", "us",
            _ratio(_field("compute_kernel_time_us"), _field("compute_kernel_count"))),
     Metric("gpu_per_matmul_us", "GPU per matmul", "us",
@@ -151,10 +152,21 @@ def rate_rows(base: list[list[dict]], new: list[list[dict]]) -> list[dict]:
 # --------------------------------------------------------------------------------------------------- by name
 
 
+def at_base_rate(row: dict, index: float) -> float:
+    """What a name's count change costs at the base's own rate: the change in calls per step times the base's time
+    per call; a name only in the new run is priced at its new time per call divided by ``index`` (the new time of
+    the names whose count did not change over their base-rate time: how much faster or slower the new run went)."""
+    dc = row["new_count"] - row["base_count"]
+    if row["base_count"]:
+        return dc * row["base_us"] / row["base_count"]
+    return dc * (row["new_us"] / row["new_count"]) / (index or 1.0) if row["new_count"] else 0.0
+
+
 def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: int = 8) -> dict:
     """Kernels (or CPU ops) by name: ``base``/``new`` are inventories, one dict per run ``{name: [count per step,
     time per step us]}``. Returns the names whose count per step changed (largest time first, at most ``top``),
-    the price index of the names on both sides (the new counts at the base and the new time per call), and the
+    the names whose count did not change with their time per call on each side (``same``: most time first, at
+    most ``top``), the price index of those (their new counts at the base and at the new time per call), and the
     totals."""
     if not base or not new:
         return {"what": what, "available": False}
@@ -169,7 +181,7 @@ def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: i
         return out
 
     a, b = pooled(base), pooled(new)
-    changed = []
+    changed, same = [], []
     at_base = at_new = 0.0
     for n in set(a) | set(b):
         ca, ta, sa = a.get(n, (0.0, 0.0, 0.0))
@@ -180,10 +192,15 @@ def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: i
         elif ca and cb:
             at_base += cb * (ta / ca)
             at_new += tb
+            same.append({"name": n, "count": cb, "base_us_per_call": ta / ca, "new_us_per_call": tb / cb,
+                         "rel_change": (tb / cb) / (ta / ca) - 1 if ta else None, "new_us": tb})
     changed.sort(key=lambda r: -abs(r["delta_us"]))
+    same.sort(key=lambda r: -r["new_us"])
+    index = at_new / at_base if at_base else 1.0
     return {"what": what, "available": True, "changed_names": len(changed), "changed": changed[:top],
             "changed_delta_us": sum(r["delta_us"] for r in changed),
-            "same_names_base_rate_us": at_base, "same_names_new_us": at_new,
+            "changed_at_base_rate_us": sum(at_base_rate(r, index) for r in changed),
+            "same": same[:top], "same_names_base_rate_us": at_base, "same_names_new_us": at_new,
             "same_names_rel_change": (at_new - at_base) / at_base if at_base else None,
             "base_total": {"count": sum(v[0] for v in a.values()), "us": sum(v[1] for v in a.values())},
             "new_total": {"count": sum(v[0] for v in b.values()), "us": sum(v[1] for v in b.values())}}
