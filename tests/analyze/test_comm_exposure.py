@@ -114,3 +114,20 @@ def test_exposed_is_within_each_kinds_wait_and_the_step():
             total = sum(k["exposed_us"] for k in s["comm_by_kind"])
             assert 0 < total <= s["wall_us"]
             assert next(k for k in s["comm_by_kind"] if k["name"] == "allgather")["exposed_us"] > 0
+
+
+def test_gpu_kinds_split_the_timelines_exposed_comm():
+    """On a public 2-rank NCCL trace the kinds' exposed times add up to the step's comm_exposed_us (the
+    timeline's NCCL time with no compute kernel running), step by step."""
+    from public_traces import DDP_2RANK, need
+
+    need(DDP_2RANK)
+    doc = analyze_path(DDP_2RANK, Config(use_cache=False, workers=1)).to_dict()
+    checked = 0
+    for r in doc["ranks"]:
+        for s in r["steps"]:
+            if s.get("comm_by_kind"):
+                total = sum(k["exposed_us"] for k in s["comm_by_kind"])
+                assert total == pytest.approx(s["comm_exposed_us"], rel=1e-3, abs=1.0), (r["rank"], s["step"])
+                checked += 1
+    assert checked >= 3
