@@ -48,12 +48,28 @@ def _batch(args, rank: int, step: int):
     return x, y
 
 
+class _Batches(torch.utils.data.Dataset):
+    """``--loader``: the batches of ``_batch`` (the slow rank's sleep included) served by a DataLoader, so the
+    data step is the DataLoader's ``__next__`` in the trace, as in a real input pipeline."""
+
+    def __init__(self, args, rank: int):
+        self.args, self.rank = args, rank
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i: int):
+        return _batch(self.args, self.rank, i)
+
+
 def _train_step(args, rank: int, model: nn.Module, opt):
     """One training step of a model that runs whole on every rank (FSDP2, tensor parallel): forward, MSE loss,
     backward, optimizer step."""
+    batches = iter(torch.utils.data.DataLoader(_Batches(args, rank), batch_size=None, num_workers=0)) \
+        if args.loader else None
 
     def step(i: int) -> None:
-        x, y = _batch(args, rank, i)
+        x, y = next(batches) if batches is not None else _batch(args, rank, i)
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
@@ -137,6 +153,7 @@ def main(argv=None) -> int:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-ms before each batch")
     p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--loader", action="store_true", help="batches from a DataLoader (the sleep in its __getitem__)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -145,7 +162,7 @@ def main(argv=None) -> int:
     step, described = BUILDERS[args.strategy](args, rank, ws)
     extra = {"strategy": {"name": args.strategy, "world_size": ws, **described},
              "slow": {"rank": args.slow_rank, "ms": args.slow_ms} if args.slow_ms > 0 else None,
-             "torch": torch.__version__, "batch": args.batch, "width": args.width}
+             "torch": torch.__version__, "batch": args.batch, "width": args.width, "loader": args.loader}
     wait, warmup = 1, 1
     with profile(args.out, wait=wait, warmup=warmup, active=args.active, record_shapes=True, extra=extra,
                  verbose=rank == 0) as prof:

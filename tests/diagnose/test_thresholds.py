@@ -34,6 +34,7 @@ WHERE = {
     "tensor-core-alignment": [GPU / "tf_shapes"],
     "gradscaler-with-bf16": [GPU / "bf16_scaler"],
     "sync-every-microstep": [GPU / "no_sync_off"],
+    "fsdp-exposed-allgather": [PAIRS.parent / "cpu_strategies" / "fsdp2_2"],
 }
 CASES = [(r.id, n) for r in all_rules() for n in thresholds_of(r)]
 

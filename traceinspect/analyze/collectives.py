@@ -32,6 +32,7 @@ from .buckets import assign_phase, assign_rounds, backward_passes
 from .comm_names import (BUSBW_FACTOR, DTYPE_BYTES, GLOO_EXECUTES, NOT_COLLECTIVES, _dims_nelems,  # noqa: F401
                          _first_type, busbw_factor, dtype_bytes, input_argument, is_collective_op, kernel_collective,
                          normalize_collective)
+from .comm_exposure import exposed_per_collective, with_exposure
 from .comm_steps import _total_columns, kind_table, step_columns  # noqa: F401
 from .events import step_at
 from .links import launch_calls
@@ -382,7 +383,9 @@ def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config =
         for c in ("bytes", "nelems", "group_size", "seq", "step"):
             table[c] = table[c].astype(np.int64)
         table["grad"] = table["grad"].astype(bool)
-    tables = {"collectives": table, "comm_by_kind": kind_table(table), "backward_passes": passes.assign(
+    basis = "gpu" if len(steps.gpu_index) else "cpu"
+    table["exposed_us"] = exposed_per_collective(table, rank, steps, basis)  # comm_exposure.py
+    tables = {"collectives": table, "comm_by_kind": with_exposure(kind_table(table), table), "backward_passes": passes.assign(
         step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])}
     cols = step_columns(coll, step_table, rank, steps, passes, config)
     return RankPart(tables=tables, columns={c: cols[c].to_numpy() for c in cols.columns})

@@ -46,7 +46,7 @@ def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, st
     return out.reset_index(drop=True)
 
 
-KIND_COLUMNS = ["step", "name", "pg", "count", "bytes", "unknown_size_count", "time_us"]
+KIND_COLUMNS = ["step", "name", "pg", "count", "bytes", "unknown_size_count", "time_us"]  # + exposed_us (comm_exposure.py)
 
 
 def kind_table(coll: pd.DataFrame) -> pd.DataFrame:

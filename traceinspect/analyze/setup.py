@@ -25,8 +25,6 @@ COMPILED_REGION = re.compile(r"^Torch-Compiled Region|^CompiledFunction(Backward
 DYNAMO_LOOKUP = "TorchDynamo Cache Lookup"
 TRITON_KERNEL = re.compile(r"^triton_")
 GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?$")
-DDP_MARK = re.compile(r"^DistributedDataParallel\.")
-FSDP_MARK = re.compile(r"^FullyShardedDataParallel\.|^FSDP::|^FSDP\b")
 COMM_OP = re.compile(r"^(nccl|gloo|c10d)[:_]|^record_param_comms$")
 
 
@@ -101,7 +99,9 @@ class Setup:
     loader: LoaderSetup
     copies: CopySetup
     cpu_count: int | None  # CPU cores the rank could use, from the capture metadata
-    parallelism: str | None  # "ddp", "fsdp", "none"; None: collectives without a DDP or FSDP marker
+    # analyze/strategy.py's kinds joined by "+" ("ddp", "fsdp2", "fsdp1", "tp", "pp", "fsdp2+tp"); "none": no
+    # collective on a single-rank run; None: collectives the strategy recogniser cannot name
+    parallelism: str | None
     backend: str | None
     world_size: int | None
     not_recorded: tuple[str, ...] = field(default_factory=tuple)
@@ -121,7 +121,7 @@ def describe_setup(rank: RankTrace, steps: pd.DataFrame, tables: dict) -> Setup:
     device = _device(ev, rank)
     amp, amp_source = _amp(meta, steps)
     cpu_count = _int(meta.get("cpu_count"))
-    parallelism = _parallelism(counts, rank, meta)
+    parallelism = _parallelism(counts, rank, tables, len(steps))
     opt = _optimizer(ev, counts)
     setup = Setup(
         device=device,
@@ -309,12 +309,14 @@ def _copies(steps: pd.DataFrame, device: str) -> CopySetup:
                      d2h_pageable_count=total("pageable_d2h_count"), d2h_pageable_bytes=total("pageable_d2h_bytes"))
 
 
-def _parallelism(counts: pd.DataFrame, rank: RankTrace, meta: dict) -> str | None:
+def _parallelism(counts: pd.DataFrame, rank: RankTrace, tables: dict, steps: int) -> str | None:
+    """The strategy recogniser's kinds (analyze/strategy.py, the one recogniser), joined by "+"."""
+    from .strategy import tables_strategy
+
+    kinds = tables_strategy(tables, steps).kinds
+    if kinds:
+        return "+".join(kinds)
     spans = (Kind.CPU_OP, Kind.USER_ANNOTATION)
-    if _count(counts, FSDP_MARK, kinds=spans):
-        return "fsdp"
-    if _count(counts, DDP_MARK, kinds=spans) or isinstance(meta.get("ddp"), dict):
-        return "ddp"
     comm = _count(counts, COMM_OP, kinds=spans) + _count(counts, re.compile(r"nccl|rccl", re.I), kinds=(Kind.KERNEL,))
     if comm:
         return None  # collectives ran, but the trace does not say what issued them

@@ -152,12 +152,18 @@ def _schedule(p2p: pd.DataFrame | None) -> str | None:
 
 def rank_strategy(ra) -> Strategy:
     """The strategy one ``RankAnalysis`` shows."""
-    ops = ra.tables.get("cpu_ops")
+    return tables_strategy(ra.tables, len(ra.steps))
+
+
+def tables_strategy(tables: Mapping[str, pd.DataFrame], steps: int) -> Strategy:
+    """The strategy a rank's tables show (``cpu_ops``, ``collectives``): what ``rank_strategy`` reads, and what
+    the setup record's ``parallelism`` is made from (analyze/setup.py), so the two never disagree."""
+    ops = tables.get("cpu_ops")
     names: dict[str, int] = {}
     if ops is not None and len(ops):
         for n, c in ops.groupby("name", observed=True)["count"].sum().items():
             names[str(n)] = int(c)
-    return recognise(names, ra.tables.get("collectives"), len(ra.steps))
+    return recognise(names, tables.get("collectives"), steps)
 
 
 def run_strategy(ranks: Iterable) -> Strategy:

@@ -121,15 +121,25 @@ def pinned_copy_fix(setup, default: str) -> str:
             "host.copy_(t, non_blocking=True)   # read it after an event, or every N steps")
 
 
+def kinds_of(setup) -> tuple[str, ...]:
+    """The strategies the setup record names (``parallelism``: analyze/strategy.py's kinds joined by "+")."""
+    p = getattr(setup, "parallelism", None)
+    return tuple(p.split("+")) if isinstance(p, str) and p != "none" else ()
+
+
 def is_ddp(setup) -> bool:
-    return setup is None or setup.parallelism == "ddp"
+    return setup is None or "ddp" in kinds_of(setup)
+
+
+def is_fsdp(setup) -> bool:
+    return any(k.startswith("fsdp") for k in kinds_of(setup))
 
 
 def comm_fix(setup, default: str) -> str:
     """Communication advice for the wrapper the run uses: DDP's buckets only under DDP."""
     if is_ddp(setup):
         return default
-    if setup.parallelism == "fsdp":
+    if is_fsdp(setup):
         return ("# FSDP: overlap the all-gathers and reduce-scatters with compute\n"
                 "fully_shard(block, reshard_after_forward=False)   # fewer all-gathers for the blocks that fit\n"
                 "model.set_modules_to_forward_prefetch([...]); model.set_modules_to_backward_prefetch([...])")
@@ -140,7 +150,7 @@ def accumulation_fix(setup, default: str) -> str:
     """Skipping the gradient sync of the accumulation micro-batches, in the wrapper the run uses."""
     if is_ddp(setup):
         return default
-    if setup.parallelism == "fsdp":
+    if is_fsdp(setup):
         return ("# FSDP2: reduce gradients only on the last micro-batch\n"
                 "model.set_requires_gradient_sync(is_last_micro_batch)")
     return "# all-reduce the accumulated gradients once, after the last micro-batch"

@@ -237,4 +237,5 @@ RULE = Rule(
     label="small buckets",
     thresholds=("small_bucket_min_count", "small_bucket_bytes", "small_bucket_share"),
     evidence=Evidence, fix=fix, check=PerRank(_rank_evidence, _summary, worst=lambda e: e.buckets_per_round),
+    strategies=("ddp",),  # DDP's buckets and no_sync: nothing to say about another strategy
 )

@@ -8,7 +8,10 @@ execution record), and the time the other ranks spent waiting inside the collect
 causes at least that share of all the waiting the ranks cause one another (``caused_wait_share``: being last at a
 collective nobody waited long for, e.g. a broadcast issued right after the one everybody waited at, is arrival
 jitter, and with few collectives the count alone turns on it); ranks that take turns being last are noise, not a
-straggler. And the waiting it causes, net of the waiting the other ranks cause (mutual waiting cancels out), is at
+straggler. Or, where a job has many collectives per step (FSDP: an all-gather per block), so that one late arrival
+per step (at the step's first all-gather, after the slow data step) is outnumbered by the jitter at the others: the
+rank causes more than half of the waiting, and its own extra work (the cause, below) accounts for at least
+``CAUSE_MIN_SHARE`` of the waiting it causes. And the waiting it causes, net of the waiting the other ranks cause (mutual waiting cancels out), is at
 least ``straggler_min_skew_us`` (500 us) per step and at least ``straggler_skew_share_warning`` (5 %) of the step.
 Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work sets the pace of
 the whole job: a data-parallel step is as slow as its slowest rank.
@@ -46,6 +49,7 @@ from typing import ClassVar
 import msgspec
 
 from ._rule import Claim, Needs, Rule, finding
+from .fixes import setup_of
 from .takes import Estimate
 
 FIXES = {
@@ -120,7 +124,21 @@ def fix(ev: Evidence, setup=None) -> str:
     if ev.cpu_only:  # no GPU advice on a CPU-only run
         gpu_only = ",\n                    prefetch_factor=4, pin_memory=True)"
         out = out.replace(gpu_only, ",\n                    prefetch_factor=4)")
-    return out.format(r=ev.rank)
+    out = out.format(r=ev.rank)
+    if setup is not None and ev.cause and ev.cause["metric"] == "dataloader_us":
+        from .fixes import fit_loader_fix  # the late rank's loader: workers within its cores, what it lacks
+
+        head, *lines = out.split("\n")
+        out = "\n".join([head, *fit_loader_fix(setup, lines, setup.loader.num_workers)])
+    return out
+
+
+def _cause_backed(s: dict) -> bool:
+    """The rank causes more of the waiting than all the others together, and its own extra work (the cause)
+    accounts for at least CAUSE_MIN_SHARE of the waiting it causes: a delay with a visible cause, not turns."""
+    cause, gross = s.get("cause"), s.get("caused_wait_per_step_us") or 0.0
+    return bool(cause and (s.get("caused_wait_share") or 0.0) > 0.5 and gross > 0
+                and cause["difference_us"] >= CAUSE_MIN_SHARE * gross)
 
 
 def check(report, config) -> list:
@@ -137,7 +155,8 @@ def check(report, config) -> list:
     net = (s.get("caused_wait_per_step_us") or 0.0) - others_caused
     wall = s.get("step_wall_us") or 0.0
     share = net / wall if wall > 0 else 0.0
-    if max(s.get("last_share") or 0.0, s.get("caused_wait_share") or 0.0) < min_last or net < min_us or share < warn:
+    dominant = max(s.get("last_share") or 0.0, s.get("caused_wait_share") or 0.0) >= min_last
+    if not (dominant or _cause_backed(s)) or net < min_us or share < warn:
         return []
     steps = sorted({int(c["step"]) for c in cr.get("collectives", []) if c.get("last_rank") == r})
     nsteps = len({int(c["step"]) for c in cr.get("collectives", [])})
@@ -168,7 +187,7 @@ def check(report, config) -> list:
         threshold_min_last_share=min_last, threshold_share_warning=warn, threshold_min_skew_us=min_us,
         cpu_only=all(ra.basis == "cpu" for ra in report.ranks),
     )
-    return [finding(RULE, ev, title=title, ranks=[r], steps=steps, stake=net)]
+    return [finding(RULE, ev, title=title, ranks=[r], steps=steps, stake=net, setup=setup_of(report, r))]
 
 
 RULE = Rule(

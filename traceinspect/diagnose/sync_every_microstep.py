@@ -141,4 +141,5 @@ RULE = Rule(
     label="all-reduce every micro-batch",
     thresholds=(),
     evidence=Evidence, fix=lambda ev, setup=None: _fix(setup), check=PerRank(_rank, _summary, worst=_costliest),
+    strategies=("ddp",),  # DDP's buckets and no_sync: nothing to say about another strategy
 )

@@ -1,0 +1,121 @@
+"""fsdp-exposed-allgather's claim against the saving measured when only its knob changes (fixtures/cpu_strategies,
+2 ranks, gloo, 6 steps each): fsdp2_2 -> fsdp2_prefetch (``set_modules_to_forward_prefetch``) and fsdp2_2 ->
+fsdp2_noreshard (``reshard_after_forward=False``).
+
+The measured side comes from the raw trace JSON (standard library only), never from traceinspect: the mean over
+steps of the step (``ProfilerStep#N``, averaged over the ranks, which run in lockstep), and its noise from the step
+spread as the paired GPU table does (twice the combined standard error; these pairs have no second capture, so no
+run-to-run term). A prediction must lie within max(30 %, noise) of the measured saving (pairs.judge). Run as a
+script for the table in docs/communication.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from traceinspect.config import Config
+from traceinspect.run.api import analyze_path
+
+from pairs import judge
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
+RULE = "fsdp-exposed-allgather"
+FSDP_PAIRS = [("fsdp2_2", "fsdp2_prefetch", "set_modules_to_forward_prefetch"),
+              ("fsdp2_2", "fsdp2_noreshard", "reshard_after_forward=False")]
+
+
+@lru_cache(maxsize=None)
+def _doc(name: str) -> dict:
+    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+
+
+@lru_cache(maxsize=None)
+def step_means(name: str) -> tuple[float, ...]:
+    """Per step (ProfilerStep#N): its duration averaged over the ranks, us."""
+    per: dict[str, list[float]] = {}
+    for f in sorted((FIXTURES / name).glob("rank*.pt.trace.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            for e in json.load(fh)["traceEvents"]:
+                if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
+                    per.setdefault(e["name"], []).append(float(e["dur"]))
+    return tuple(statistics.fmean(v) for _k, v in sorted(per.items()))
+
+
+def measured(problem: str, twin: str) -> dict:
+    p, c = step_means(problem), step_means(twin)
+    sp, sc = statistics.stdev(p) / math.sqrt(len(p)), statistics.stdev(c) / math.sqrt(len(c))
+    saving = statistics.fmean(p) - statistics.fmean(c)
+    noise = 2 * math.hypot(sp, sc)
+    return {"saving_us": saving, "noise_us": noise, "tolerance_us": max(0.3 * abs(saving), noise)}
+
+
+def claim(name: str) -> float:
+    return sum(f["time_at_stake_us"] or 0.0 for f in _doc(name)["findings"] if f["id"] == RULE)
+
+
+def predicted(problem: str, twin: str) -> float:
+    return max(claim(problem) - claim(twin), 0.0)
+
+
+@pytest.mark.parametrize("problem,twin,knob", FSDP_PAIRS, ids=[p[1] for p in FSDP_PAIRS])
+def test_claim_matches_measured_saving(problem, twin, knob):
+    m = measured(problem, twin)
+    pred = predicted(problem, twin)
+    assert judge(pred, m) in ("ok", "noise: ok", "problem run faster: ok"), (problem, twin, pred, m)
+    if abs(m["saving_us"]) <= m["noise_us"]:  # as in the GPU table: no warning or critical may claim noise
+        assert not {"warning", "critical"} & {f["severity"] for f in _doc(problem)["findings"] if f["id"] == RULE}
+    assert pred > 0  # the problem run claims more than its twin: the knob's problem is seen
+
+
+@pytest.mark.parametrize("problem,twin,knob", FSDP_PAIRS, ids=[p[1] for p in FSDP_PAIRS])
+def test_the_fix_names_the_knob_the_twin_turned(problem, twin, knob):
+    """The problem run's fix names the knob; the twin, where that knob is already on, is not told it again."""
+    fix = next(f["fix"] for f in _doc(problem)["findings"] if f["id"] == RULE)
+    assert knob in fix
+    for f in _doc(twin)["findings"]:
+        if f["id"] == RULE:
+            assert knob not in f["fix"], (twin, f["fix"])
+            assert knob.split("=")[0] not in "\n".join(f["evidence"]["per_rank"][0]["knobs"])
+
+
+def test_evidence_splits_forward_and_backward():
+    """Resharding after forward gathers again in backward: 4 backward all-gathers per step there, none without."""
+    ev = next(f["evidence"] for f in _doc("fsdp2_2")["findings"] if f["id"] == RULE)["per_rank"][0]
+    assert ev["allgathers_per_step"] == 8 and ev["backward_allgather_exposed_us_per_step"] > 0
+    assert ev["reshard_after_forward"] is True and ev["forward_prefetch_seen"] is False
+    ev2 = next(f["evidence"] for f in _doc("fsdp2_noreshard")["findings"] if f["id"] == RULE)["per_rank"][0]
+    assert ev2["allgathers_per_step"] == 4 and ev2["backward_allgather_exposed_us_per_step"] == 0
+    assert ev2["reduce_scatter_after_backward_exposed_us_per_step"] > 0
+
+
+def test_the_evidence_json_is_the_record():
+    """The JSON evidence is the declared record, and the fix is the declared fix of it (fitted to the setup)."""
+    import msgspec
+
+    from traceinspect.diagnose import get_rule
+
+    rule = get_rule(RULE)
+    rep = analyze_path(FIXTURES / "fsdp2_2", Config(use_cache=False, workers=1))
+    setups = {ra.rank: ra.setup for ra in rep.ranks}
+    got = [(f, d) for f, d in zip(rep.findings, rep.to_dict()["findings"]) if f.id == RULE]
+    assert got
+    for f, d in got:
+        record = msgspec.convert(d["evidence"], rule.evidence, strict=False)
+        assert set(d["evidence"]) <= set(rule.evidence.__struct_fields__)
+        assert rule.fix(record, setups.get(d["ranks"][0])) == f.fix
+
+
+if __name__ == "__main__":  # the paired table of docs/communication.md
+    print("| problem | twin | knob | predicted ms | measured ms | noise ms | tolerance ms | verdict |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for problem, twin, knob in FSDP_PAIRS:
+        m, pred = measured(problem, twin), predicted(problem, twin)
+        print(f"| `{problem}` | `{twin}` | `{knob}` | {pred / 1000:.1f} | {m['saving_us'] / 1000:.1f} | "
+              f"{m['noise_us'] / 1000:.1f} | {m['tolerance_us'] / 1000:.1f} | {judge(pred, m)} |")

@@ -1,0 +1,52 @@
+"""No DDP-only advice on runs of another strategy: on every real CPU capture of fixtures/cpu_strategies (FSDP2,
+tensor parallel, pipeline parallel), no finding's title, evidence or fix names DDP's API, the DDP-only rules
+declare so, and the setup record's parallelism is the strategy recogniser's."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from traceinspect.config import Config
+from traceinspect.diagnose import all_rules
+from traceinspect.run.api import analyze_path
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
+FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+DDP_API = re.compile(r"bucket_cap_mb|no_sync|DistributedDataParallel|gradient_as_bucket_view")
+
+
+@lru_cache(maxsize=None)
+def _doc(name: str) -> dict:
+    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+
+
+def test_every_strategy_folder_is_checked():
+    assert {"fsdp2_2", "fsdp2_4", "tp_2", "pp_1f1b"} <= set(FOLDERS)
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_no_ddp_advice(name):
+    doc = _doc(name)
+    assert "ddp" not in doc["strategy"]["kinds"], doc["strategy"]
+    for f in doc["findings"]:
+        text = f["title"] + "\n" + json.dumps(f["evidence"]) + "\n" + (f["fix"] or "")
+        assert not DDP_API.search(text), (name, f["id"], DDP_API.search(text).group(0))
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_setup_parallelism_is_the_strategy(name):
+    doc = _doc(name)
+    for r in doc["ranks"]:
+        assert r["setup"]["parallelism"] == "+".join(doc["strategy"]["kinds"]), (name, r["rank"])
+
+
+def test_ddp_only_rules_declare_it():
+    by_id = {r.id: r for r in all_rules()}
+    for rid in ("small-buckets", "sync-every-microstep"):
+        assert by_id[rid].strategies == ("ddp",)
+        assert not by_id[rid].applies_to(("fsdp2",)) and by_id[rid].applies_to(("ddp",))
