@@ -27,6 +27,8 @@ RULE_MODULES = (
     "sync_every_microstep",
     "exposed_comm",
     "straggler",
+    "pipeline_bubble",
+    "tp_exposed_comm",
     "no_mixed_precision",
     "gradscaler_with_bf16",
     "launch_bound",
