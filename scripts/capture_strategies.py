@@ -9,12 +9,16 @@ Strategies (small models, so each trace stays small):
 * ``fsdp2``: an MLP of ``--layers`` Linear+ReLU blocks, ``fully_shard`` on every block and on the root, AdamW.
   Knobs: ``--reshard-after-forward {true,false}``, ``--forward-prefetch {on,off}`` (explicit
   ``set_modules_to_forward_prefetch`` of the next block).
-* ``tp``: a two-layer MLP parallelized with ``ColwiseParallel`` / ``RowwiseParallel`` over a 1-D device mesh.
+* ``tp``: a two-layer MLP parallelized with ``ColwiseParallel`` / ``RowwiseParallel`` over a 1-D device mesh
+  (``--tp-plan colwise-replicate``: both layers ``ColwiseParallel(output_layouts=Replicate())``, an all-gather after
+  each layer instead of one all-reduce).
 * ``pp``: an MLP cut into one stage per rank (``PipelineStage``), ``--schedule {1f1b,gpipe}`` over
   ``--microbatches`` micro-batches.
 
-The profiler schedule is ``wait=1 warmup=1 active=--active`` (one file per rank), shapes recorded so gloo's
-collectives carry sizes. What the run is (strategy, knobs, mesh) is written into every trace under
+The profiler schedule is ``wait=1 warmup=1 active=--active`` (one file per rank and window, ``--rounds`` windows),
+shapes recorded so gloo's collectives carry sizes. ``--twin OPTION=VALUE --twin-out DIR`` builds a second run with
+that one option changed and captures it in the same job, its windows alternating with the first run's, so a
+one-knob pair sees the same machine load (a shared machine's load drifts more between jobs than any knob here). What the run is (strategy, knobs, mesh) is written into every trace under
 ``traceinspect.extra.strategy``. The loop runs ``wait + warmup + active`` steps, plus one so the window closes.
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 import time
 from pathlib import Path
 
@@ -101,12 +106,19 @@ def _tp(args, rank: int, ws: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+    from torch.distributed.tensor import Replicate
+
     mesh = init_device_mesh("cpu", (ws,), mesh_dim_names=("tp",))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(args.width, 4 * args.width), nn.ReLU(), nn.Linear(4 * args.width, args.width))
-    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    if args.tp_plan == "colwise-replicate":  # every layer's output gathered whole: one more redistribution each
+        plan = {"0": ColwiseParallel(output_layouts=Replicate()), "2": ColwiseParallel(output_layouts=Replicate())}
+        names = {"0": "ColwiseParallel(output_layouts=Replicate())", "2": "ColwiseParallel(output_layouts=Replicate())"}
+    else:  # Megatron's pairing: one all-reduce in forward, one in backward
+        plan, names = {"0": ColwiseParallel(), "2": RowwiseParallel()}, {"0": "ColwiseParallel", "2": "RowwiseParallel"}
+    parallelize_module(model, mesh, plan)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-    described = {"mesh": {"tp": ws}, "plan": {"0": "ColwiseParallel", "2": "RowwiseParallel"}}
+    described = {"mesh": {"tp": ws}, "plan": names}
     return _train_step(args, rank, model, opt), described
 
 
@@ -150,25 +162,53 @@ def main(argv=None) -> int:
     p.add_argument("--reshard-after-forward", choices=("true", "false"), default="true")
     p.add_argument("--forward-prefetch", choices=("on", "off"), default="off")
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
-    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--microbatches", type=int, default=4, help="pp: n_microbatches of the schedule")
+    p.add_argument("--tp-plan", choices=("colwise-rowwise", "colwise-replicate"), default="colwise-rowwise",
+                   help="tp: ColwiseParallel + RowwiseParallel, or both ColwiseParallel with a replicated output")
     p.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-ms before each batch")
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--loader", action="store_true", help="batches from a DataLoader (the sleep in its __getitem__)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--twin", metavar="OPTION=VALUE",
+                   help="also capture the run with this one option changed (e.g. microbatches=8, schedule=gpipe, "
+                        "tp_plan=colwise-replicate) into --twin-out, alternating windows with the first run so "
+                        "both see the same machine load")
+    p.add_argument("--twin-out")
+    p.add_argument("--rounds", type=int, default=1, help="windows per run (alternating with the twin's)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
     rank, ws = dist.get_rank(), dist.get_world_size()
-    step, described = BUILDERS[args.strategy](args, rank, ws)
-    extra = {"strategy": {"name": args.strategy, "world_size": ws, **described},
-             "slow": {"rank": args.slow_rank, "ms": args.slow_ms} if args.slow_ms > 0 else None,
-             "torch": torch.__version__, "batch": args.batch, "width": args.width, "loader": args.loader}
+    runs = [(args, args.out)]
+    if args.twin:
+        if not args.twin_out:
+            p.error("--twin needs --twin-out")
+        knob, _, value = args.twin.partition("=")
+        knob = knob.replace("-", "_")
+        if not hasattr(args, knob):
+            p.error(f"--twin: no option {knob}")
+        kind = type(getattr(args, knob))
+        runs.append((argparse.Namespace(**{**vars(args), knob: kind(value)}), args.twin_out))
+    built = [(BUILDERS[a.strategy](a, rank, ws), a, out) for a, out in runs]
+    # a later window's profiler counts only its own steps and would warn that it saw too few
+    warnings.filterwarnings("ignore", message="the loop called prof.step")
     wait, warmup = 1, 1
-    with profile(args.out, wait=wait, warmup=warmup, active=args.active, record_shapes=True, extra=extra,
-                 verbose=rank == 0) as prof:
-        for i in range(wait + warmup + args.active + 1):
-            step(i)
-            prof.step()
+    i = 0
+    for r in range(args.rounds):
+        for (step, described), a, out in built:
+            extra = {"strategy": {"name": a.strategy, "world_size": ws, **described},
+                     "slow": {"rank": a.slow_rank, "ms": a.slow_ms} if a.slow_ms > 0 else None,
+                     "torch": torch.__version__, "batch": a.batch, "width": a.width, "loader": a.loader,
+                     "twin": {"option": args.twin, "round": r, "rounds": args.rounds} if args.twin else None}
+            # ProfilerStep#N numbers the job's training steps: a later window of a folder continues its numbering
+            # (as one process's windows do), so the folder reads as one run
+            with profile(out, wait=wait, warmup=warmup, active=a.active, skip_first=i, record_shapes=True,
+                         extra=extra, verbose=rank == 0, strict=i == 0) as prof:  # it counts its own steps
+                prof.profiler.step_num = i
+                for _ in range(wait + warmup + a.active + 1):
+                    step(i)
+                    prof.step()
+                    i += 1
     dist.barrier()
     dist.destroy_process_group()
     return 0

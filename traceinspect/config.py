@@ -70,6 +70,17 @@ class Config:
         0.10,
         "Communication not hidden behind compute, as a share of the step.")
 
+    # --- pipeline-bubble / tp-exposed-comm ---------------------------------------------------------------------
+    pp_bubble_share_warning: float = setting(
+        0.10,
+        "A pipeline stage's time blocked on its neighbours, as a share of its step: GPipe and 1F1B alone leave "
+        "(p-1)/(m+p-1) idle (20 % at 2 stages x 4 micro-batches, 10 % at 2 x 10), so from 10 % the bubble is "
+        "worth shrinking.")
+    tp_comm_share_warning: float = setting(
+        0.10,
+        "Tensor-parallel collectives the step waits for, as a share of the step: inside every layer, they are "
+        "on the critical path unless overlapped; from 10 % they are a first-order cost.")
+
     # --- small-buckets -----------------------------------------------------------------------------------------
     small_bucket_min_count: int = setting(
         8,

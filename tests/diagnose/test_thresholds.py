@@ -18,6 +18,7 @@ from _real import GPU, PAIRS
 from public_traces import DIFF_CONTROL, need
 
 NOCACHE = Config(use_cache=False, workers=1)
+STRATEGIES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 # Where each rule fires (the first folder it fires on and a setting changes is enough); a name is a CPU capture
 # made by the test (a fixture below).
 WHERE = {
@@ -35,6 +36,8 @@ WHERE = {
     "gradscaler-with-bf16": [GPU / "bf16_scaler"],
     "sync-every-microstep": [GPU / "no_sync_off"],
     "fsdp-exposed-allgather": [PAIRS.parent / "cpu_strategies" / "fsdp2_2"],
+    "pipeline-bubble": [STRATEGIES / "pp2_m8"],
+    "tp-exposed-comm": [STRATEGIES / "tp2_replicate"],
 }
 CASES = [(r.id, n) for r in all_rules() for n in thresholds_of(r)]
 

@@ -176,11 +176,14 @@ def run_strategy(ranks: Iterable) -> Strategy:
     kinds = tuple(k for k in order if any(s.is_(k) for s in per))
     evidence = tuple(dict.fromkeys(e for s in per for e in s.evidence))
     raf = _mode([s.reshard_after_forward for s in per])
-    mb = _mode([s.pp_microbatches for s in per])
+    # a middle stage sends and receives in both directions (2 per micro-batch each way): the fewest is the count
+    mb = min((s.pp_microbatches for s in per if s.pp_microbatches is not None), default=None)
     stages = sum(1 for s in per if s.is_("pp")) or None
-    # the schedule as the middle stages show it is ambiguous; the first stage's order is the schedule's
-    first = next((s.pp_schedule for s in per if s.is_("pp")), None)
-    return Strategy(kinds=kinds, reshard_after_forward=raf, pp_stages=stages, pp_microbatches=mb, pp_schedule=first,
+    # the schedule as the middle stages show it is ambiguous, and the first stage's 1F1B warm-up runs p-1
+    # forwards before its first backward (with m <= p-1 it looks like GPipe); the last stage's order is the
+    # schedule's: 1F1B answers each forward with its backward at once, GPipe runs every forward first
+    last = next((s.pp_schedule for s in reversed(per) if s.is_("pp")), None)
+    return Strategy(kinds=kinds, reshard_after_forward=raf, pp_stages=stages, pp_microbatches=mb, pp_schedule=last,
                     evidence=evidence)
 
 

@@ -28,6 +28,8 @@ RULE_MODULES = (
     "fsdp_allgather",
     "exposed_comm",
     "straggler",
+    "pipeline_bubble",
+    "tp_exposed_comm",
     "no_mixed_precision",
     "gradscaler_with_bf16",
     "launch_bound",

@@ -22,6 +22,7 @@ class Column(NamedTuple):
 
 
 _A, _C, _P, _U, _I = "attribution", "collectives", "precision", "utilization", "idle"
+_M = "model_parallel"
 
 STEP_COLUMNS: tuple[Column, ...] = (
     Column("window", "int", "index", "trace file (active window) of the rank the step is in", _A),
@@ -108,6 +109,12 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("idle_launch_us", "float", "us", "GPU idle, nothing queued, while the CPU issued (launch overhead)", _I),
     Column("idle_host_us", "float", "us", "the rest of the idle time: the CPU ran no recorded op", _I),
     Column("first_launch_count", "int", "count", "first-use launch calls in the step's CPU window", _I),
+    Column("pp_bubble_us", "float", "us", "pipeline bubble: the training thread in sends and receives to or from its neighbour stages (CPU basis)", _M),
+    Column("pp_bubble_share", "float", "share", "pp_bubble_us / wall_us", _M),
+    Column("pp_transfer_count", "int", "count", "send and receive calls of the step (c10d::send, c10d::recv_)", _M),
+    Column("tp_comm_exposed_us", "float", "us", "tensor-parallel collectives the step waits for: the training thread in functional collectives and their waits (CPU basis)", _M),
+    Column("tp_comm_share", "float", "share", "tp_comm_exposed_us / wall_us", _M),
+    Column("tp_collective_count", "int", "count", "functional collectives of the step (_c10d_functional::all_reduce, ...)", _M),
 )
 
 BY_NAME = {c.name: c for c in STEP_COLUMNS}
