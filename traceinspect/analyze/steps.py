@@ -183,8 +183,10 @@ def _running_into_first(fill: np.ndarray, gts: np.ndarray, gend: np.ndarray, gwi
     if not len(win):
         return fill
     firsts = np.flatnonzero(np.r_[True, win[1:] != win[:-1]])
-    at = dict(zip(win[firsts].tolist(), firsts.tolist()))
-    first = np.array([at.get(int(w), -1) for w in gwin], np.int64) if len(gwin) else np.empty(0, np.int64)
+    lo = int(min(win.min(), gwin.min(initial=0)))
+    first_of = np.full(int(max(win.max(), gwin.max(initial=0))) - lo + 1, -1, np.int64)
+    first_of[win[firsts].astype(np.int64) - lo] = firsts
+    first = first_of[gwin.astype(np.int64) - lo]
     s0 = start[np.clip(first, 0, None)]
     into = (fill < 0) & (first >= 0) & (gts < s0) & (gend > s0)
     return np.where(into, first, fill)
