@@ -18,6 +18,7 @@ from traceinspect.config import Config
 from traceinspect.load.unmodelled import MAX_NAMED, OTHER
 from traceinspect.render.markdown import render_markdown
 from traceinspect.render.text import render_text
+from traceinspect.run import report_folder
 from traceinspect.run.api import analyze_path
 
 from public_traces import PUBLIC
@@ -116,11 +117,21 @@ def test_many_unknown_categories_are_capped(tmp_path):
     assert sum(got.values()) == sum(counts.values())
 
 
+def test_category_names_are_data(tmp_path):
+    """A category is shown, never interpreted: control characters come out visible, not as terminal escapes."""
+    d = _report(_with_other_device(tmp_path, {"dma\x1b[31m_request": 3}))
+    assert d["ranks"][0]["unmodelled"] == {"dma\x1b[31m_request": 3}
+    text = render_text(d, width=160)
+    assert "\x1b" not in text and "dma\\x1b[31m_request 3 events" in text
+
+
 def test_real_traces_have_no_unmodelled_events():
-    """The fixtures and public traces hold only categories read or left out on purpose: nothing is named."""
-    folders = sorted({p.parent for p in (ROOT / "fixtures").rglob("*.json.gz")})[:12]
-    folders += sorted({p.parent for p in PUBLIC.glob("*/*.json.gz")})
+    """The public traces (and the fixtures) hold only categories read or left out on purpose: nothing is named."""
+    folders = sorted({p.parent for p in PUBLIC.glob("*/*.json.gz")})
     assert folders
-    for f in folders:
+    for f in folders + sorted({p.parent for p in (ROOT / "fixtures").rglob("*.json.gz")})[:12]:
         for doc in map(json.loads, map(lambda p: gzip.open(p, "rt").read(), sorted(f.glob("*.json.gz")))):
             assert _unmodelled_raw(doc) == {}, f
+    for f in folders:  # and the report names none (the cached reports the other every-trace tests read)
+        rep = report_folder(f, Config(workers=1)).to_dict()
+        assert all("unmodelled" not in r for r in rep["ranks"]), f
