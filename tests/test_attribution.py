@@ -57,9 +57,10 @@ def reference_steps(raw: dict) -> list[dict]:
         # GPU work belongs to the step that launched it; work no step launched, to the window it starts in.
         mine = [g for g in gpu if id(g) not in backlog and (launch.get(g["args"].get("correlation")) == i
                 or (g["args"].get("correlation") not in launch and start <= g["ts"] < end))]
-        own = [(g["ts"], g["ts"] + g["dur"]) for g in gpu if id(g) not in backlog]
+        own = [_in_own_window(g, launch, windows) for g in gpu if id(g) not in backlog]
         busy = union(own, start, end)
-        only_backlog = union([(g["ts"], g["ts"] + g["dur"]) for g in gpu], start, end) - busy
+        only_backlog = (union([(g["ts"], g["ts"] + g["dur"]) for g in gpu], start, end)
+                        - union([(g["ts"], g["ts"] + g["dur"]) for g in gpu if id(g) not in backlog], start, end))
         end -= only_backlog  # the wall leaves out the time only the backlog ran
         copies = [g for g in mine if g["cat"] == "gpu_memcpy"]
         out.append(
@@ -74,6 +75,21 @@ def reference_steps(raw: dict) -> list[dict]:
             }
         )
     return out
+
+
+def _in_own_window(g, launch, windows):
+    """A GPU event's interval as busy time: a copy or memset counts only inside the window of the step that owns
+    it (launched it, else the window it starts in); a kernel wherever it runs."""
+    s, e = g["ts"], g["ts"] + g["dur"]
+    if g["cat"] not in ("gpu_memcpy", "gpu_memset"):
+        return s, e
+    k = launch.get(g["args"].get("correlation"))
+    if k is None:
+        k = next((i for i, (a, b) in enumerate(windows) if a <= s < b), None)
+    if k is None:
+        return s, e
+    a, b = windows[k]
+    return min(max(s, a), b), max(min(e, b), min(max(s, a), b))
 
 
 @pytest.mark.parametrize("folder", ALL, ids=lambda p: p.name)

@@ -126,10 +126,12 @@ def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.Dat
     if len(gidx):
         gcat = gpu_category_codes(ev, gidx)
         own = _own_mask(steps)
-        tl = build_timeline(ts[gidx][own], (ts[gidx] + dur[gidx])[own], gcat[own], len(GPU_CATEGORIES))
+        ps, pe, pc = step_gpu_parts(ts[gidx][own], (ts[gidx] + dur[gidx])[own], gcat[own], steps.gpu_step[own], a, b)
+        tl = build_timeline(ps, pe, pc, len(GPU_CATEGORIES) + 1)
         excl = tl.exclusive_in(a, b)
         uni = tl.union_in(a, b)
-        busy = tl.busy_in(a, b)
+        # A copy of another step running in this window is none of this step's GPU work: idle here (below).
+        busy = tl.busy_in(a, b) - excl[-1]
         # GPU work queued before the window runs in the first step but is not its work: the time only it ran is
         # taken out of the step's wall (it is neither the step's compute nor its idle time).
         out["backlog_us"] = _backlog_only(ts[gidx], ts[gidx] + dur[gidx], own, a, b)
@@ -149,6 +151,28 @@ def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.Dat
     if not len(gidx):
         _cpu_breakdown(out, rank, steps)
     return out
+
+
+#: Category code (after GPU_CATEGORIES) of the part of a copy or memset that runs outside its step's window.
+OTHER_STEP = len(GPU_CATEGORIES)
+
+
+def step_gpu_parts(start: np.ndarray, end: np.ndarray, cat: np.ndarray, step: np.ndarray, a: np.ndarray,
+                   b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU intervals as each step's windows [a, b] see them: kernels as they are; a copy or memset (category >= 2)
+    of step ``step`` keeps its category inside that step's window, and the parts of it that run in another step's
+    window (a side-stream prefetch launched by the next step, running while this one's GPU work is still on) are
+    ``OTHER_STEP``, so a step's exposed copy time is never more than its own copies' time."""
+    split = (cat >= 2) & (step >= 0)
+    if not split.any():
+        return start, end, cat
+    k = np.clip(step, 0, None)
+    lo = np.where(split, np.clip(start, a[k], b[k]), start)
+    hi = np.where(split, np.clip(end, a[k], b[k]), end)
+    before = split & (start < lo)
+    after = split & (end > hi)
+    return (np.concatenate([lo, start[before], hi[after]]), np.concatenate([hi, lo[before], end[after]]),
+            np.concatenate([cat, np.full(int(before.sum()) + int(after.sum()), OTHER_STEP)]))
 
 
 def _own_mask(steps: Steps) -> np.ndarray:

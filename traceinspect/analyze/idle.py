@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .attribution import sync_call_rows
+from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
 from .events import LOADER_FETCH, name_mask
 from .intervals import build_timeline
 from .links import launch_calls
@@ -61,18 +61,29 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
     first = first_use_launches(ev, calls)
     loader = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
     cs, ce = table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy()
-    parts = [(ts[gidx], end[gidx]), (pend_s, pend_e), (ts[sync], end[sync]), (ts[first], end[first]),
+    gs, ge = _step_work(ev, steps, ts[gidx], end[gidx], table)
+    parts = [(gs, ge), (pend_s, pend_e), (ts[sync], end[sync]), (ts[first], end[first]),
              (ts[loader], end[loader]), (cs, ce)]
     s = np.concatenate([p[0] for p in parts])
     e = np.concatenate([p[1] for p in parts])
     c = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
     excl = build_timeline(s, e, c, len(parts)).exclusive_in(table["start_us"].to_numpy(), table["end_us"].to_numpy())
     cols = {name: excl[i + 1] for i, name in enumerate(IDLE_COLUMNS[:-1])}
-    # The step's idle time is its window less every GPU event (its own and backlog); the rest of it is "host".
+    # The step's idle time is its window less its GPU work and the backlog; the rest of it is "host".
     cols["idle_host_us"] = np.clip(table["bd_idle"].to_numpy() - sum(cols.values()), 0.0, None)
     t = np.sort(ts[first])
     cols["first_launch_count"] = (np.searchsorted(t, ce, "left") - np.searchsorted(t, cs, "left")).astype(np.int64)
     return RankPart(columns=cols)
+
+
+def _step_work(ev: pd.DataFrame, steps, start: np.ndarray, end: np.ndarray, table: pd.DataFrame
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU intervals that are busy time of the step whose window they run in: every GPU event, less the parts
+    of copies and memsets that run in another step's window (``attribution.step_gpu_parts``: idle there)."""
+    cat = gpu_category_codes(ev, steps.gpu_index)
+    s, e, c = step_gpu_parts(start, end, cat, steps.gpu_step, table["start_us"].to_numpy(), table["end_us"].to_numpy())
+    keep = c != OTHER_STEP
+    return s[keep], e[keep]
 
 
 def _queued(ev: pd.DataFrame, gidx: np.ndarray, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -60,6 +60,7 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | No
         event_count=len(rank.events),
         errors=errors,
         setup=setup,
+        unmodelled=dict(rank.unmodelled),
     )
 
 

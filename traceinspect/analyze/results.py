@@ -45,3 +45,4 @@ class RankAnalysis:
     event_count: int = 0
     errors: list[str] = field(default_factory=list)
     setup: Setup | None = None  # what the run is (analyze/setup.py); None where it could not be read
+    unmodelled: dict = field(default_factory=dict)  # events of categories no analysis models: category -> count

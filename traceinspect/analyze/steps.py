@@ -12,8 +12,9 @@ The step window used for attribution (documented in docs/metrics.md):
 so a step owns the GPU tail of the work it launched, and a GPU that lags the CPU does not show as idle.
 
 GPU work queued before the window (the *backlog*: kernels, copies and memsets that run in the first step of a
-window but whose launch the file does not hold, or holds before that step began) belongs to no step: it is
-labelled (``Steps.backlog``) and left out of every step's numbers, so the first profiled step is not inflated.
+window, or started before it and still run when it begins, but whose launch the file does not hold, or holds before
+that step began) belongs to no step: it is labelled (``Steps.backlog``) and left out of every step's numbers, so the
+first profiled step is not inflated.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def find_steps(rank: RankTrace) -> Steps:
     # GPU events no step launched go to the window they start in; those queued before the window are backlog.
     backlog_step = np.full(len(gidx), -1, np.int64)
     if (~ok).any() and nsteps:
-        fill = step_at(start, end, gts[~ok])
+        fill = _running_into_first(step_at(start, end, gts[~ok]), gts[~ok], gend[~ok],
+                                   ev["window"].to_numpy()[gidx][~ok], start, win)
         gpu_step = gpu_step.copy()
         gpu_step[~ok] = fill
         backlog = _backlog(ev, gidx, ok, launch_ts, gpu_step, t)
@@ -171,6 +173,23 @@ def _holds_only_fetches(ts: np.ndarray, te: np.ndarray, is_fetch: np.ndarray, st
         return False
     fs, fe = ts[fetch], te[fetch]
     return all(((fs <= ts[r]) & (te[r] <= fe)).any() for r in np.flatnonzero(inside & ~is_fetch))
+
+
+def _running_into_first(fill: np.ndarray, gts: np.ndarray, gend: np.ndarray, gwin: np.ndarray, start: np.ndarray,
+                        win: np.ndarray) -> np.ndarray:
+    """``fill`` (the step each unlaunched GPU event starts in, or -1), where an event that started before its
+    window's first step and still runs when that step begins is given to that step (it then goes to the backlog:
+    it runs in the step but was queued before it)."""
+    if not len(win):
+        return fill
+    firsts = np.flatnonzero(np.r_[True, win[1:] != win[:-1]])
+    lo = int(min(win.min(), gwin.min(initial=0)))
+    first_of = np.full(int(max(win.max(), gwin.max(initial=0))) - lo + 1, -1, np.int64)
+    first_of[win[firsts].astype(np.int64) - lo] = firsts
+    first = first_of[gwin.astype(np.int64) - lo]
+    s0 = start[np.clip(first, 0, None)]
+    into = (fill < 0) & (first >= 0) & (gts < s0) & (gend > s0)
+    return np.where(into, first, fill)
 
 
 def _backlog(ev: pd.DataFrame, gidx: np.ndarray, linked: np.ndarray, launch_ts: np.ndarray, gpu_step: np.ndarray,

@@ -12,6 +12,7 @@ from . import meta as M
 from .decode import NUM_COLS, RAW_COLS, STR_COLS
 from .files import FileResult
 from .trace import RankTrace, Skipped
+from .unmodelled import merged
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,6 +92,7 @@ def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAUL
             kept.append(i)
         order = kept
         frames = []
+        other = merged(frs[i].columns.get("unmodelled") for i in order)
         for w, i in enumerate(order):
             f = frs[i]
             frames.append(_frame(f.columns, w, (bases[i] - base) / 1000.0))
@@ -115,6 +117,7 @@ def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAUL
                 distributed=M.distributed(first.meta, max_world),
                 metadata=M.capture_meta(first.meta),
                 windows=len(frs_used),
+                unmodelled=other,
             )
         )
     return ranks, skipped

@@ -11,6 +11,7 @@ and coerces each value; both give the same columns for the same events.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 from itertools import compress
 from operator import attrgetter, itemgetter
@@ -18,6 +19,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from .trace import CATEGORY_KIND
+from .unmodelled import unmodelled
 
 _INT_MISSING = -1
 _I64 = 1 << 63
@@ -175,8 +177,11 @@ def columns_from_tagged(events: list) -> dict:
     keep = (kind_of >= 0)[icodes]
     evs = list(compress(events, keep))
     n = len(evs)
+    per_key = np.bincount(icodes, minlength=len(keys))
     icodes = icodes[keep]
     out: dict = {"n": n, "kind": kind_of[icodes].astype(np.uint8)}
+    out["unmodelled"] = unmodelled(((k[0], c) for k, c, kk in zip(keys, per_key, kind_of) if kk < 0 and c),
+                                   _CAT_LOOKUP)
     out["pid"] = _ints(itemgetter(2), keys, len(keys))[icodes]
     out["tid"] = _ints(itemgetter(3), keys, len(keys))[icodes]
     # Names numbered in order of first appearance among the kept events, as one pass over the names would.
@@ -224,6 +229,9 @@ def columns_from_events(events: list, loose: bool = False) -> dict:
     evs = list(compress(events, keep))
     n = len(evs)
     out: dict = {"n": n, "kind": kinds_all[keep].astype(np.uint8)}
+    out["unmodelled"] = unmodelled(Counter(c for c in map(g["cat"], compress(events, is_x & (kinds_all < 0)))
+                                           if isinstance(c, str)).items(),
+                                   _loose_cat)
     args = list(map(g["args"], evs))
     out["pid"] = _ints(g["pid"], evs, n)
     out["tid"] = _ints(g["tid"], evs, n)

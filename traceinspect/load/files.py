@@ -18,6 +18,7 @@ from .limits import DEFAULT_LIMITS, FinalFileError, Limits
 from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
 from .services import IN_PROCESS, FileResult, ProgressFn, Workers
+from .unmodelled import merged
 
 
 def _concat_pieces(pieces: list[dict]) -> dict:
@@ -45,6 +46,7 @@ def _concat_pieces(pieces: list[dict]) -> dict:
         else:
             out[col] = None
     out["n"] = n
+    out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
     return out
 
 

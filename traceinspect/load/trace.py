@@ -87,6 +87,8 @@ class RankTrace:
     distributed: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)  # traceinspect capture metadata ("traceinspect" key), if any
     windows: int = 1
+    # Complete events of a category no analysis models (load/unmodelled.py): category -> count, over its windows.
+    unmodelled: dict = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:

@@ -151,7 +151,19 @@ def rank_notes(r: dict) -> list[str]:
     for p in r.get("partial_steps") or []:
         out.append(f"step {p['step']} ({fmt.ms(p['cpu_us'])}) was cut short at the end of the recording: "
                    "seen, not counted as a step")
+    line = unmodelled_line(r)
+    if line:
+        out.append(line)
     return out
+
+
+def unmodelled_line(r: dict) -> str | None:
+    """The events of categories no analysis models (docs/metrics.md), named with their counts, or None."""
+    counts = r.get("unmodelled") or {}
+    if not counts:
+        return None
+    named = ", ".join(f"{safe.name(c)} {fmt.count(n, 'event')}" for c, n in counts.items())
+    return f"not modelled, so in no number above: {named}"
 
 
 MAX_RUN_ROWS = 6

@@ -13,6 +13,7 @@ from dataclasses import asdict, fields
 
 import numpy as np
 import pandas as pd
+from msgspec import UNSET
 
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
@@ -156,6 +157,7 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         steps=steps,
         timeline=timeline_doc(ra),
         setup=setup_doc(getattr(ra, "setup", None)),
+        unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
     )
 
 

@@ -226,6 +226,9 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     timeline: TimelineDoc | None | UnsetType = UNSET  # null without GPU events
     collectives: Any | UnsetType = UNSET  # never written (the steps carry their collectives); kept for old readers
     setup: SetupDoc | None | UnsetType = UNSET  # what the run is (docs/setup.md); null: it could not be read
+    # Events of a category no analysis models (another device's, a newer activity type): category -> count. Absent
+    # when there are none (docs/metrics.md, "Events not modelled").
+    unmodelled: dict[str, int] | UnsetType = UNSET
 
 
 class FindingDoc(Struct, omit_defaults=True, kw_only=True):

@@ -64,7 +64,11 @@ def columns_to_parquet(cols: dict, metadata: dict) -> bytes:
     for c in RAW_COLS:
         if cols[c] is not None:
             arrays[c] = pa.array(cols[c], type=pa.string())
-    return _parquet(pa.table(arrays).replace_schema_metadata(metadata))
+    unmodelled = msgspec.json.encode(cols.get("unmodelled") or {})  # counts of the events not kept (load/unmodelled.py)
+    return _parquet(pa.table(arrays).replace_schema_metadata({**metadata, _UNMODELLED: unmodelled}))
+
+
+_UNMODELLED = b"unmodelled"
 
 
 def columns_from_table(path: str, table, meta: dict, nbytes: int):
@@ -74,6 +78,7 @@ def columns_from_table(path: str, table, meta: dict, nbytes: int):
     from ..load.files import FileResult
 
     cols: dict = {"n": table.num_rows}
+    cols["unmodelled"] = msgspec.json.decode(table.schema.metadata[_UNMODELLED], type=dict[str, int])
     for c in NUM_COLS:
         cols[c] = table.column(c).to_numpy()
     for c in STR_COLS:
