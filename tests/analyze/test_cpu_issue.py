@@ -83,3 +83,18 @@ def _main_thread_only(folder: Path) -> dict[int, float]:
     tid = steps[0]["tid"]
     mine = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("tid") == tid and e.get("cat") == "cpu_op"]
     return {s["name"]: union_us(mine, s["ts"], s["ts"] + s["dur"]) for s in steps}
+
+
+PUBLIC = ROOT.parent / "shared" / "traces" / "public"
+FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.json*")}) + (
+    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_step_has_its_issuing_work_within_its_cpu_time(folder):
+    for rank in report_folder(folder, Config(workers=1)).to_dict()["ranks"]:
+        assert not [e for e in rank.get("errors") or [] if "issue" in e]
+        for s in rank["steps"]:
+            cpu = s.get("cpu_step_us")
+            bound = s["wall_us"] if cpu is None else cpu - (s.get("sync_us") or 0.0) - (s.get("dataloader_us") or 0.0)
+            assert 0.0 <= s["cpu_issue_us"] <= bound + 1e-3
