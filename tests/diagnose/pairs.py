@@ -30,6 +30,10 @@ PAIRS = [
     ("s3_big_fp32", "s3_big_clean", ("no-mixed-precision",), "s3_big"),
     ("s3_big_fp32_fed", "s3_big_fed", ("no-mixed-precision",), "s3_big"),
     ("s3_big_clean", "s3_big_fed", ("dataloader-stall",), "s3_big"),
+    # The setup captures (fixtures/gpu_setup, 12 steps): fixes after which the step is launch-bound. No second
+    # capture either: the noise is the first group's run-to-run share.
+    ("gpu_setup/tf_fp32", "gpu_setup/tf_bf16", ("no-mixed-precision",), "setup_tf"),
+    ("gpu_setup/small_pageable", "gpu_setup/small_pinned", ("pageable-memcpy",), "setup_small"),
 ]
 # A second group of captures (s2_, fixtures/README.md): the big family again with the loader fed (14 workers) and
 # the fp32 run fed too, and the small step eager against compiled. Their run-to-run noise (two captures of one clean
@@ -50,10 +54,15 @@ NOISY_SECOND_CAPTURE = {"s2_big": ("s2_big_clean", "s2_big_clean_b"), "s2_small"
 SPEED_CORRECTED = {"deep"}
 
 
+def folder(name: str) -> Path:
+    """A fixture's folder: a name in fixtures/gpu_pairs, or a path under fixtures/ (``gpu_setup/tf_fp32``)."""
+    return PAIRS_DIR.parent / name if "/" in name else PAIRS_DIR / name
+
+
 @lru_cache(maxsize=None)
-def events(name: str, root: Path = PAIRS_DIR) -> tuple:
-    """The complete ("X") events of the one gzipped trace in ``root / name``."""
-    files = sorted((root / name).glob("*.json.gz"))
+def events(name: str, root: Path | None = None) -> tuple:
+    """The complete ("X") events of the one gzipped trace in ``root / name`` (without ``root``: ``folder(name)``)."""
+    files = sorted(((root / name) if root is not None else folder(name)).glob("*.json.gz"))
     assert len(files) == 1, files
     with gzip.open(files[0], "rt") as f:
         return tuple(e for e in json.load(f)["traceEvents"] if e.get("ph") == "X")

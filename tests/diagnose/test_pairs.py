@@ -18,12 +18,20 @@ import pairs
 from pairs import NOISY_PAIRS, PAIRS, PAIRS_DIR, judge, measured
 
 # Pairs the model is known to miss (strict: passing means the model learned to see it, and the mark must go).
-KNOWN_MISSES: dict[str, str] = {}
+KNOWN_MISSES: dict[str, str] = {
+    "gpu_setup/small_pageable": (
+        "the saving is the batch hand-over, not the copies: without pin_memory the training thread receives each "
+        "batch from the workers itself (DataLoader waits 4.95 ms a step against 0.35 ms in the pinned twin, same 4 "
+        "workers), work pin_memory=True moves to the pinning thread; dataloader-stall claims that wait. The copies "
+        "block the CPU 0.51 ms a step, all of it claimed. In gpu_pairs/small_pageable the same hand-over (3.45 ms) "
+        "saved nothing measurable (its pinned twin's forward and backward ran 2.4 ms slower), so the problem trace "
+        "alone cannot tell whether moving it saves"),
+}
 
 
 @lru_cache(maxsize=None)
 def report(name: str) -> dict:
-    return analyze_path(PAIRS_DIR / name, Config(use_cache=False, workers=1)).to_dict()
+    return analyze_path(pairs.folder(name), Config(use_cache=False, workers=1)).to_dict()
 
 
 def claim(d: dict, ids) -> float:
@@ -79,7 +87,8 @@ def test_measured_savings_are_what_the_fixtures_are_known_for():
 
 def test_each_problem_fixture_gets_its_finding():
     """Where the knob's problem is visible in the trace, its finding is there (at any severity)."""
-    visible = {"small_pageable", "big_pageable", "big_item", "big_fp32", "deep_single", "deep_tiny", "loader_starved"}
+    visible = {"small_pageable", "big_pageable", "big_item", "big_fp32", "deep_single", "deep_tiny", "loader_starved",
+               "gpu_setup/tf_fp32", "gpu_setup/small_pageable"}
     for problem, _twin, ids, _family in PAIRS:
         if problem in visible:
             assert severities(problem, ids), f"{problem}: no {ids} finding"

@@ -18,7 +18,8 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 per basis), each taking at most what is left, so a symptom (``Claim.symptom``, last) gets only the idle time no
 cause explained. The accounting never asks which rule it holds. Work the GPU does faster after a fix saves only
 where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
-part of the step the CPU does not need for its own work (``cpu_floor = cpu_step_us - sync_us - dataloader_us``),
+part of the step the CPU does not need for its own work (``cpu_floor = cpu_issue_us``, the issuing threads' ops
+and runtime calls outside syncs and DataLoader waits: ``bounds.cpu_floor``),
 less what the data and sync claims already removed: the projection never drops below the CPU's own work unless a
 CPU-side finding claims that too.
 

@@ -19,7 +19,12 @@ def col(s: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def cpu_floor(s: pd.DataFrame) -> np.ndarray:
-    """The CPU's own work of each step: its span less the time it only waited (for the GPU, for a batch)."""
+    """The CPU's own work of each step, which no faster GPU removes: its issuing work (``cpu_issue_us``: the
+    issuing threads' ops and runtime calls outside syncs and DataLoader waits, docs/metrics.md), not its wall
+    time, which in a GPU-bound step is mostly waiting. A step table without the column (made before it existed)
+    falls back to the span less the time it was blocked in syncs or waited for a batch."""
+    if "cpu_issue_us" in s:
+        return col(s, "cpu_issue_us")
     return np.clip(col(s, "cpu_step_us") - col(s, "sync_us") - col(s, "dataloader_us"), 0.0, None)
 
 

@@ -138,10 +138,12 @@ def _demands(f, ra, s, config) -> list:
     sync = col(s, "sync_us")
     blocked_share = np.divide(blocked, sync, out=np.zeros(n), where=sync > 0).clip(0.0, 1.0)
     # The copy itself beyond what a pinned copy of the same bytes takes, the GPU idle while the CPU was blocked in
-    # the copy's calls, and, where the GPU later waits on the CPU (launch pool), the rest of the blocked CPU time:
-    # on a launch-bound step every microsecond the CPU is stuck delays the next launches.
+    # the copy's calls, and, where the GPU waits on the CPU (launch pool), the rest of the blocked CPU time, one for
+    # one: a pinned non-blocking copy does not block the CPU at all (it runs while the CPU issues), and on a
+    # launch-bound step every microsecond the CPU is stuck delays the next launches. That time is the copy's, not
+    # launch overhead's: this claim comes first.
     return [("copy", np.clip(copy - pinned, 0.0, None)), ("sync", col(s, "idle_sync_us") * blocked_share),
-            ("launch", lambda got: np.clip(blocked - pinned - got, 0.0, None))]
+            ("launch", lambda got: np.clip(blocked - got, 0.0, None))]
 
 
 RULE = Rule(
@@ -155,7 +157,8 @@ RULE = Rule(
     ),
     claim=Claim(order=10, cpu=None, gpu=Custom(
         _demands, "`copy`: pageable copy time - bytes / pinned bandwidth; `sync`: `idle_sync_us` x (CPU time in the "
-        "pageable copies' calls / `sync_us`); `launch`: the rest of that blocked time beyond a pinned copy")),
+        "pageable copies' calls / `sync_us`); `launch`: the rest of that blocked time (a pinned non-blocking copy "
+        "blocks nothing)")),
     label="pageable copies",
     thresholds=("pageable_min_bytes_per_step", "pinned_h2d_gbps_assumed"),
     evidence=Evidence, fix=Fixed(FIX), check=PerRank(_rank, _summary),

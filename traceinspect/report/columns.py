@@ -21,7 +21,7 @@ class Column(NamedTuple):
     producer: str  # the analyze module that makes it
 
 
-_A, _C, _P, _U, _I = "attribution", "collectives", "precision", "utilization", "idle"
+_A, _C, _P, _U, _I, _S = "attribution", "collectives", "precision", "utilization", "idle", "issue"
 _M = "model_parallel"
 
 STEP_COLUMNS: tuple[Column, ...] = (
@@ -31,6 +31,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("cpu_start_us", "float", "us", "start of the ProfilerStep annotation", _A),
     Column("cpu_end_us", "float", "us", "end of the ProfilerStep annotation", _A),
     Column("cpu_step_us", "float", "us", "cpu_end_us - cpu_start_us", _A),
+    Column("cpu_issue_us", "float", "us", "the issuing threads' recorded ops and runtime calls in the CPU window, outside syncs and DataLoader waits", _S),
     Column("backlog_us", "float", "us", "GPU work queued before the window, in the first step; left out of wall_us and every per-step number", _A),
     Column("h2d_bytes", "int", "bytes", "sum of args.bytes of the step's HtoD copies", _A),
     Column("h2d_time_us", "float", "us", "sum of the step's HtoD copy durations", _A),
