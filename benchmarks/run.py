@@ -416,12 +416,15 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
         xdg = work / "xdg-cache"
         env = dict(os.environ, XDG_CACHE_HOME=str(xdg), TRACEINSPECT_CACHE_DIR=str(xdg / "traceinspect"))
         runs = [("ti", ["--no-cache"], True), ("ti cold", [], True), ("ti warm", [], False)]
+        if args.baseline:  # the same --no-cache report by another build, just before this build's
+            runs.insert(0, ("ti before", ["--no-cache"], True))
         for tool, extra_args, clear in runs:
             if clear:
                 clear_ti_cache(inp, xdg)
             out_json = work / "reports" / f"{tag}.{tool.replace(' ', '-')}.json"
             out_json.parent.mkdir(parents=True, exist_ok=True)
-            cmd = ti + ["report", inp.dir, "--json", str(out_json)] + extra_args
+            start = args.baseline.split() if tool == "ti before" else ti
+            cmd = start + ["report", inp.dir, "--json", str(out_json)] + extra_args
             m = measure(cmd, log_stem=logs / f"{tag}.{tool.replace(' ', '-')}", cwd=work, env=env,
                         timeout=args.timeout, idle_wait=args.wait_idle)
             row = _row(inp, tool, m, {"report": str(out_json)})
@@ -429,7 +432,25 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
                 row.note = "suspiciously fast for a cold cache: does clear_ti_cache() know every cache place?"
             done(row)
         clear_ti_cache(inp, xdg)
+        same_report(rows)
     return rows
+
+
+def same_report(rows: list[Row]) -> None:
+    """Whether the ``ti before`` build wrote the same JSON report as this one (the folder's path aside): noted on
+    the ``ti`` row as ``extra["same_report_as_before"]``."""
+    by = {r.tool: r for r in rows if r.ok}
+    before, now = by.get("ti before"), by.get("ti")
+    if before is None or now is None:
+        return
+    docs = []
+    for r in (before, now):
+        d = json.loads(Path(r.extra["report"]).read_text())
+        d.pop("source", None)
+        docs.append(d)
+    now.extra["same_report_as_before"] = docs[0] == docs[1]
+    if docs[0] != docs[1]:
+        now.note = "its report differs from ti before's"
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,12 +519,17 @@ TARGET_SPEEDUP, TARGET_MEMORY, TARGET_FLOOR, TARGET_CACHED_S = 20.0, 0.25, 1.5, 
 def summary(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """One line per input against the targets: >= 20x HTA's speed at <= 25 % of its memory, within 1.5x of the
     decode floor, the cached re-report under 0.5 s. Each target cell says met, or by how much it is missed."""
-    head = ["input", "ti --no-cache s", "ti peak MB", "HTA s", "HTA peak MB", "speed-up (HTA / ti)",
-            "memory (ti / HTA)", "floor s", "ti / floor", "cached re-report s"]
+    head = ["input", "ti --no-cache s", "ti CPU s", "ti peak MB", "HTA s", "HTA CPU s", "HTA peak MB",
+            "speed-up (HTA / ti)", "CPU ratio (HTA / ti)", "memory (ti / HTA)", "floor s", "ti / floor",
+            "cached re-report s"]
+    before = any(r.tool == "ti before" for r in rows)
+    if before:
+        head[1:1] = ["ti before s", "ti before CPU s", "speed-up before", "same report"]
     cells = []
     for inp in inputs:
         by = {r.tool: r for r in rows if r.input == inp.label and r.ok}
         ti, hta, fl, warm = by.get("ti"), by.get("HTA"), by.get("floor"), by.get("ti warm")
+        tb = by.get("ti before")
 
         def num(r, attr, fmt="{:.1f}"):
             return fmt.format(getattr(r, attr)) if r else "-"
@@ -514,15 +540,22 @@ def summary(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[
             ok = value <= target if better_low else value >= target
             return fmt.format(value) + (" (met)" if ok else f" (target {fmt.format(target)})")
 
-        cells.append([
-            inp.label, num(ti, "wall_s"), num(ti, "peak_rss_mb", "{:,.0f}"), num(hta, "wall_s"),
-            num(hta, "peak_rss_mb", "{:,.0f}"),
+        row = [
+            inp.label, num(ti, "wall_s"), num(ti, "cpu_s"), num(ti, "peak_rss_mb", "{:,.0f}"), num(hta, "wall_s"),
+            num(hta, "cpu_s"), num(hta, "peak_rss_mb", "{:,.0f}"),
             verdict(hta.wall_s / ti.wall_s if ti and hta else None, TARGET_SPEEDUP, False, "{:.1f}x"),
+            f"{hta.cpu_s / ti.cpu_s:.1f}x" if ti and hta and ti.cpu_s else "-",
             verdict(ti.peak_rss_mb / hta.peak_rss_mb if ti and hta else None, TARGET_MEMORY, True, "{:.0%}"),
             num(fl, "wall_s"),
             verdict(ti.wall_s / fl.wall_s if ti and fl else None, TARGET_FLOOR, True, "{:.2f}x"),
             verdict(warm.wall_s if warm else None, TARGET_CACHED_S, True, "{:.2f}"),
-        ])
+        ]
+        if before:
+            same = ti.extra.get("same_report_as_before") if ti else None
+            row[1:1] = [num(tb, "wall_s"), num(tb, "cpu_s"),
+                        f"{hta.wall_s / tb.wall_s:.1f}x" if tb and hta else "-", "-" if same is None else
+                        ("yes" if same else "NO")]
+        cells.append(row)
     return head, cells
 
 
@@ -613,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-floor", action="store_true", help="skip the decode floor")
     p.add_argument("--hta-spec", default=HTA_SPEC, help=f"pip requirement for HTA's venv [{HTA_SPEC}]")
     p.add_argument("--traceinspect", metavar="CMD", help="how to start traceinspect (default: the console script)")
+    p.add_argument("--baseline", metavar="CMD",
+                   help="another traceinspect build to run first on each input (row 'ti before', --no-cache), e.g. "
+                        "'env PYTHONPATH=OLD_TREE .venv/bin/python -m traceinspect'; its report must equal this one's")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before one tool run is killed [1800]")
     p.add_argument("--wait-idle", type=float, default=20, metavar="S",
                    help="before each run, wait up to S seconds for other processes to go quiet (120 s in all) [20]")

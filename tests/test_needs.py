@@ -94,4 +94,4 @@ def test_failing_cross_rank_stage_is_an_error(monkeypatch, cpu_clean_run):
 def test_commands_are_registered(cmd):
     from traceinspect.cli.main import cli
 
-    assert cmd in cli.commands
+    assert cmd in cli.list_commands(None) and cli.get_command(None, cmd).name == cmd

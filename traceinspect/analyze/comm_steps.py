@@ -72,9 +72,10 @@ def _sums(g: pd.DataFrame) -> pd.DataFrame:
     """Per step: calls, bytes (NaN when a size is unknown), time, time in small messages, smallest size and
     duration, group size."""
     agg = g.groupby("step").agg(n=("_b", "size"), b=("_b", "sum"), known=("_known", "min"),
-                                unknown=("_known", lambda x: float((x < 1).sum())),
+                                known_n=("_known", "sum"),
                                 d=("_d", lambda x: x.sum(min_count=1)), sd=("_sd", "sum"),
                                 bmin=("_b", "min"), dmin=("_d", "min"), g=("group_size", "first"))
+    agg["unknown"] = agg["n"] - agg["known_n"]  # ``_known`` is 1.0 or 0.0: the rows of unknown size, exactly
     agg.loc[agg["known"] < 1, "b"] = np.nan
     return agg
 

@@ -333,12 +333,25 @@ def _kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
     if not len(kt):
         return pd.DataFrame({c: pd.Series(dtype=object) for c in KERNEL_COLUMNS})
     rows = []
-    for (name, prec, fam), g in kt.groupby(["name", "precision", "family"], sort=False):
-        ops = Counter(x for x in g["op"] if x is not None)
-        dts = Counter(x for x in g["op_dtype"] if x is not None)
-        rows.append({"name": name, "precision": prec, "family": fam, "source": Counter(g["source"]).most_common(1)[0][0],
+    # Each (name, precision, family) group's rows in table order, groups in order of first appearance (what
+    # iterating the groupby gives), read from plain arrays.
+    code = kt.groupby(["name", "precision", "family"], sort=False).ngroup().fillna(-1).to_numpy(np.int64)
+    order = np.argsort(code, kind="stable")
+    order = order[code[order] >= 0]
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    names, precs, fams, srcs, op_col, dt_col = (kt[c].to_numpy() for c in ("name", "precision", "family", "source",
+                                                                            "op", "op_dtype"))
+    dur = kt["dur"].to_numpy(dtype=float)
+    for pos in np.split(order, cuts) if len(order) else []:
+        ops = Counter(x for x in op_col[pos] if x is not None)
+        dts = Counter(x for x in dt_col[pos] if x is not None)
+        d = dur[pos]
+        total = float(np.where(np.isnan(d), 0.0, d).sum())  # as Series.sum: NaN skipped, same summation order
+        i = pos[0]
+        rows.append({"name": names[i], "precision": precs[i], "family": fams[i],
+                     "source": Counter(srcs[pos]).most_common(1)[0][0],
                      "op": ops.most_common(1)[0][0] if ops else None, "op_dtype": dts.most_common(1)[0][0] if dts else None,
-                     "count": len(g), "total_us": float(g["dur"].sum())})
+                     "count": len(pos), "total_us": total})
     return pd.DataFrame(rows, columns=KERNEL_COLUMNS).sort_values("total_us", ascending=False, ignore_index=True)
 
 

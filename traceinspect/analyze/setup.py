@@ -211,12 +211,17 @@ def _ops_inside(ev: pd.DataFrame, spans: np.ndarray) -> dict | None:
     kind = ev["kind"].to_numpy()
     ts, dur, tid, win = (ev[c].to_numpy() for c in ("ts", "dur", "tid", "window"))
     cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
+    cpu = cpu[np.argsort(ts[cpu], kind="stable")]  # by start: the ops starting in a span are one slice
+    cts = ts[cpu]
+    # An op that ends by a span's end started by then, unless its duration is negative (a broken trace).
+    bounded = not (dur[cpu] < 0).any()
     fused = name_mask(ev, lambda s: bool(FUSED_OP.match(s)))
     foreach = name_mask(ev, lambda s: bool(FOREACH_OP.match(s)) and s != "aten::_foreach_zero_")
     found = {"ops": 0, "fused": False, "foreach": False}
     for s in spans:
-        rows = cpu[(win[cpu] == win[s]) & (tid[cpu] == tid[s]) & (ts[cpu] >= ts[s])
-                   & (ts[cpu] + dur[cpu] <= ts[s] + dur[s]) & (cpu != s)]
+        end = ts[s] + dur[s]
+        c = cpu[np.searchsorted(cts, ts[s], "left"):np.searchsorted(cts, end, "right") if bounded else len(cpu)]
+        rows = c[(win[c] == win[s]) & (tid[c] == tid[s]) & (ts[c] >= ts[s]) & (ts[c] + dur[c] <= end) & (c != s)]
         found["ops"] += len(rows)
         found["fused"] |= bool(fused[rows].any())
         found["foreach"] |= bool(foreach[rows].any())

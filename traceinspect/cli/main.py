@@ -19,7 +19,25 @@ from .options import (cache_dir_option, check_readable_input, echo_text, html_op
 from .output import check_targets, dumps, one_stdout, write_documents, write_text
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The commands kept in their own modules are imported when a command line names them (or ``--help`` lists
+    them), not at start-up: a report imports no capture, demo or diff code. Each imports only click and the
+    standard library at load time, so a failure to import one is a broken install and raises: not hidden."""
+
+    LAZY = {"capture": "capture", "demo": "capture", "diff": "diff"}  # command -> its module in this package
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx, name: str):
+        if name in self.LAZY and name not in self.commands:
+            from importlib import import_module
+
+            self.add_command(getattr(import_module(f"{__package__}.{self.LAZY[name]}"), name))
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="traceinspect")
 def cli() -> None:
     """Where the time of a distributed PyTorch training step goes, and what to change.
@@ -247,19 +265,6 @@ def schema(columns, of_diff) -> None:
     from ..report.io import schema_text
 
     click.echo(schema_text(), nl=False)
-
-
-def _register_commands() -> None:
-    """Commands in their own modules (capture needs no analysis stack; diff needs no capture stack). They import
-    only click and the standard library at load time, so a failure here is a broken install: not hidden."""
-    from .capture import capture, demo
-    from .diff import diff
-
-    for command in (capture, demo, diff):
-        cli.add_command(command)
-
-
-_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:
