@@ -76,7 +76,7 @@ def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, w
     if plan is not None:
         return _decode_planned(path, plan, pool, progress, limits=limits, workers=workers)
     pieces_iter, info = read_pieces(path, limits=limits)
-    sink = ColumnSink(limits.spill_bytes, limits.spill_dir)
+    sink = ColumnSink(limits)
     inflight: list[Future] = []
     limit = limits.inflight(workers if pool is not None else 1)
     try:
@@ -113,7 +113,7 @@ def _decode_planned(path: str, plan: dict, pool: Executor | None, progress: Prog
     ranges = plan["ranges"]
     futures = list(futures or [])
     limit = limits.inflight(workers if pool is not None else 1)
-    sink = ColumnSink(limits.spill_bytes, limits.spill_dir)
+    sink = ColumnSink(limits)
     try:
         for i, (a, b) in enumerate(ranges):
             if pool is not None:
