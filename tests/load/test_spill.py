@@ -91,3 +91,17 @@ def test_pages_of_spilled_columns_leave_the_process(plain):
     later = _TRIM.trim(budget=1 << 62)
     assert before - later > mapped // 2  # the pages left this process...
     assert sum(float(a.sum()) for a in arrays) == total  # ...and the columns read the same from the file again
+
+
+def test_a_rank_past_the_bound_runs_its_parts_in_one_process():
+    import os
+
+    from traceinspect.run import services
+
+    parts = [os.getpid] * 5
+    events = 2 * services.PARALLEL_MIN_EVENTS  # a big rank: its parts fork workers while the bound has room
+    roomy = services.rank_fan_out(Config(workers=2))(parts, events)
+    tight = services.rank_fan_out(Config(workers=2, memory_limit_bytes=1 << 27))(parts, events)
+    if services.workers(Config(workers=2)).can_fork():
+        assert len(set(roomy)) == 2
+    assert set(tight) == {os.getpid()}  # each worker would hold its own share: not side by side

@@ -52,8 +52,9 @@ class Limits:
         return max(1, min(2 * workers, (self.memory - self.spill_bytes) // PIECE_COST))
 
 
-# What one piece in flight may cost while it is decoded: its text, the decoded structs and its columns (measured:
-# an 8 MB piece of a capture with shapes peaks near 60 MB in the decoding process).
+# What one piece in flight may cost while it is decoded: its text, the decoded structs and its columns (measured on
+# 8 MB pieces: +28 MiB for an H200 capture with shapes and stacks, +13 MiB for the public A100 trace; the rest is
+# room for pieces that run past 8 MB to the next event boundary).
 PIECE_COST = 96 << 20
 
 
