@@ -5,6 +5,7 @@ One command (from the repository root)::
 
     .venv/bin/python benchmarks/run.py       # --sizes 200,1000 --ranks 8x50: ~10 min here
     .venv/bin/python benchmarks/run.py --sizes 200,1000 --ranks 8x200   # + ~7 min
+    .venv/bin/python benchmarks/run.py --big --no-hta   # + the 4 GB and 10 GB scaled inputs (bounded memory)
 
 For every input it runs, each in its own process and with its peak memory measured:
 
@@ -47,6 +48,8 @@ ROOT = HERE.parent
 DEFAULT_SOURCE = ROOT.parent / "shared/traces/public/hta_diff_control/control.json.gz"
 HTA_VENV = HERE / ".venv-hta"
 HTA_SPEC = "HolisticTraceAnalysis==0.5.0"
+BIG_MB = (4000, 10000)  # --big: the scaled inputs whose memory is bounded (Config.memory_limit_bytes), not HTA's
+HTA_MAX_MB = 2000.0  # HTA peaked at 4.4-5.1x the JSON (results.json): a 4 GB input needs ~20 GB, past a 24 GiB machine
 PAGE = os.sysconf("SC_PAGE_SIZE")
 T_START = time.perf_counter()
 IDLE_WAIT_BUDGET = [120.0]  # seconds of waiting for a quiet machine left for the whole benchmark
@@ -305,7 +308,7 @@ def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path) -> In
         raise SystemExit(f"scaling failed:\n{res.stderr[-3000:]}")
     r = json.loads(res.stdout)
     inp = Input(
-        label=f"{name} (x{r['factor']})",
+        label=f"{name} (scaled x{r['factor']})",
         dir=str(out),
         ranks=ranks,
         mb_per_rank=mb,
@@ -408,7 +411,10 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
                     timeout=args.timeout, idle_wait=args.wait_idle)
         res = m.last_json() or {}
         done(_row(inp, "floor", m, {"decode_s": res.get("seconds"), "events": res.get("events")}))
-    if hta_py is not None:
+    if hta_py is not None and inp.json_mb > args.hta_max_mb:
+        log(f"  HTA skipped: {inp.json_mb:,.0f} MB of JSON is over --hta-max-mb {args.hta_max_mb:g} (HTA holds "
+            "4.4-5.1x its JSON in memory: a 4 GB input ~20 GB)")
+    elif hta_py is not None:
         m = measure([str(hta_py), "-I", str(HERE / "hta_driver.py"), inp.dir], log_stem=logs / f"{tag}.hta",
                     cwd=work, timeout=args.timeout, idle_wait=args.wait_idle)
         done(_row(inp, "HTA", m, m.last_json() or {}))
@@ -521,11 +527,13 @@ def summary(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[
     decode floor, the cached re-report under 0.5 s. Each target cell says met, or by how much it is missed."""
     head = ["input", "ti --no-cache s", "ti CPU s", "ti peak MB", "HTA s", "HTA CPU s", "HTA peak MB",
             "speed-up (HTA / ti)", "CPU ratio (HTA / ti)", "memory (ti / HTA)", "floor s", "ti / floor",
-            "cached re-report s"]
+            "cached re-report s", "ti / reference (size ratio)"]
     before = any(r.tool == "ti before" for r in rows)
     if before:
         head[1:1] = ["ti before s", "ti before CPU s", "speed-up before", "same report"]
     cells = []
+    ref = next((i for i in inputs if i.label.startswith("real ")), inputs[0] if inputs else None)
+    ref_ti = next((r for r in rows if ref and r.input == ref.label and r.tool == "ti" and r.ok), None)
     for inp in inputs:
         by = {r.tool: r for r in rows if r.input == inp.label and r.ok}
         ti, hta, fl, warm = by.get("ti"), by.get("HTA"), by.get("floor"), by.get("ti warm")
@@ -549,6 +557,7 @@ def summary(inputs: list[Input], rows: list[Row]) -> tuple[list[str], list[list[
             num(fl, "wall_s"),
             verdict(ti.wall_s / fl.wall_s if ti and fl else None, TARGET_FLOOR, True, "{:.2f}x"),
             verdict(warm.wall_s if warm else None, TARGET_CACHED_S, True, "{:.2f}"),
+            f"{ti.wall_s / ref_ti.wall_s:.1f}x ({inp.json_mb / ref.json_mb:.1f}x)" if ti and ref_ti else "-",
         ]
         if before:
             same = ti.extra.get("same_report_as_before") if ti else None
@@ -635,6 +644,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--sizes", default="200,1000",
                    help="single-rank inputs, MB of JSON each, comma-separated ('' for none) [200,1000]")
+    p.add_argument("--big", action="store_true",
+                   help=f"add the {'/'.join(f'{m / 1000:g} GB' for m in BIG_MB)} scaled inputs (--sizes "
+                        f"{','.join(map(str, BIG_MB))}): memory bounded by Config.memory_limit_bytes")
+    p.add_argument("--hta-max-mb", type=float, default=HTA_MAX_MB, metavar="MB",
+                   help=f"HTA is not run on inputs above this many MB of JSON: it holds 4.4-5.1x the JSON in memory "
+                        f"[{HTA_MAX_MB:g}]")
     p.add_argument("--ranks", default="", help="multi-rank inputs as NxMB per rank, comma-separated, e.g. 8x50 []")
     p.add_argument("--real", type=Path, action="append",
                    help=f"a real capture to run as it is (repeatable) [{_rel(REAL_DEFAULT)}, when present]")
@@ -689,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
             inp = real_input(src.resolve(), data)
             if inp is not None:
                 inputs.append(inp)
-    inputs += [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(args.sizes, args.ranks)]
+    sizes = ",".join(x for x in [args.sizes] + ([",".join(map(str, BIG_MB))] if args.big else []) if x)
+    inputs += [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(sizes, args.ranks)]
     rows: list[Row] = []
     for inp in inputs:
         log(f"{inp.label}: {inp.json_mb:,.0f} MB JSON, {inp.events:,} events, {inp.ranks} rank file(s)")

@@ -210,6 +210,14 @@ class Config:
     # A world size in a trace's metadata above this is implausible (the largest training jobs run on ~10^5
     # GPUs): it is read as unknown, with a one-line note, so missing ranks are never counted up to it.
     max_world_size: int = 1 << 20
+    # --- memory: what reading the traces may hold (docs/folders.md, "Memory") ---------------------------------
+    # Decoding keeps at most this many bytes of columns and pieces in flight, shared by every decoding process
+    # (not a bound each): a file whose columns pass a quarter of it is spilled to unnamed files in spill_dir and
+    # read back memory-mapped, so what a report holds of it does not grow with the file.
+    memory_limit_bytes: int = 1 << 30
+    # Where columns past the bound are spilled (None: the system's temporary folder); the files have no name and
+    # vanish with the process.
+    spill_dir: str | None = None
 
     def with_overrides(self, **kw) -> "Config":
         known = {f.name for f in fields(self)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import subprocess
 import sys
@@ -49,3 +50,16 @@ def capture_no_ddp(out: Path) -> Path:
 
 def names(paths) -> list[str]:
     return sorted(Path(p).name for p in paths)
+
+
+def plain_control(tmp_path: Path, monkeypatch) -> Path:
+    """The public A100 trace uncompressed (only plain files are read by byte range), cut into 1 MB pieces."""
+    from public_traces import DIFF_CONTROL, need, only_file
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    f = folder / "rank3.pt.trace.json"
+    f.write_bytes(gzip.decompress(only_file(need(DIFF_CONTROL)).read_bytes()))
+    monkeypatch.setattr("traceinspect.load.decode.PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr("traceinspect.load.decode.plan_ranges.__defaults__", (1 << 20,))
+    return f

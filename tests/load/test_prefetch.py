@@ -17,19 +17,14 @@ from traceinspect.load.reader import decode_file
 from traceinspect.run import services
 from traceinspect.run import report_folder
 
+from load_helpers import plain_control
 from public_traces import DIFF_CONTROL, need, only_file
 
 
 @pytest.fixture
 def plain(tmp_path, monkeypatch):
     """The public A100 trace, uncompressed (only plain files are read by byte range), cut into 1 MB pieces."""
-    folder = tmp_path / "run"
-    folder.mkdir()
-    f = folder / "rank3.pt.trace.json"
-    f.write_bytes(gzip.decompress(only_file(need(DIFF_CONTROL)).read_bytes()))
-    monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 20)
-    monkeypatch.setattr("traceinspect.load.decode.plan_ranges.__defaults__", (1 << 20,))
-    return f
+    return plain_control(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from . import prefetch
 from .limits import DEFAULT_LIMITS, FinalFileError, Limits
 from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
+from .spill import ColumnSink
 from .services import IN_PROCESS, FileResult, ProgressFn, Workers
 from .unmodelled import merged
 
@@ -71,53 +72,72 @@ def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, w
                 limits: Limits) -> FileResult:
     started = prefetch.take(path)
     if started is not None:  # its pieces are being decoded already (load/prefetch.py)
-        return _decode_planned(path, started[0], None, progress, started[1])
+        plan, futures, pool, workers = started
+        return _decode_planned(path, plan, pool, progress, futures, limits, workers)
     plan = plan_ranges(path, limits=limits)
     if plan is not None:
-        return _decode_planned(path, plan, pool, progress)
+        return _decode_planned(path, plan, pool, progress, limits=limits, workers=workers)
     pieces_iter, info = read_pieces(path, limits=limits)
-    results: list = []
+    sink = ColumnSink(limits)
     inflight: list[Future] = []
-    limit = 2 * (workers if pool is not None else 1)
+    limit = limits.inflight(workers if pool is not None else 1)
     try:
         for piece in pieces_iter:
             if progress:
                 progress(path, len(piece), 0)
             if pool is None:
-                results.append(decode_piece(piece))
+                sink.add(decode_piece(piece))
                 continue
             inflight.append(pool.submit(decode_piece, piece))
             if len(inflight) >= limit:
-                results.append(inflight.pop(0).result())
-        for fut in inflight:
-            results.append(fut.result())
+                sink.add(inflight.pop(0).result())
+        while inflight:
+            sink.add(inflight.pop(0).result())
+        meta = decode_meta(info["header"], info["trailer"], path)
+        columns = sink.finish()
     except TraceFileError:
         raise
     except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
         raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
-    meta = decode_meta(info["header"], info["trailer"], path)
-    columns = _concat_pieces(results)
+    finally:
+        for fut in inflight:
+            fut.cancel()
+        sink.close()
     return FileResult(path=path, meta=meta, columns=columns, nbytes=info["bytes"])
 
 
 def _decode_planned(path: str, plan: dict, pool: Executor | None, progress: ProgressFn | None,
-                    futures: list[Future] | None = None) -> FileResult:
+                    futures: list[Future] | None = None, limits: Limits = DEFAULT_LIMITS, workers: int = 1
+                    ) -> FileResult:
     """A plain file cut into byte ranges that the workers (or this process, without a pool) read themselves;
-    ``futures``: the ranges submitted already."""
-    if futures is None and pool is not None:
-        futures = [pool.submit(decode_range, path, a, b) for a, b in plan["ranges"]]
-    results = []
+    ``futures``: the first ranges, submitted already. At most ``limits.inflight`` ranges are decoding or decoded
+    and not yet collected at once, and the collected columns go to a ``ColumnSink`` (load/spill.py)."""
+    ranges = plan["ranges"]
+    futures = list(futures or [])
+    limit = limits.inflight(workers if pool is not None else 1)
+    sink = ColumnSink(limits)
     try:
-        for i, (a, b) in enumerate(plan["ranges"]):
-            results.append(futures[i].result() if futures is not None else decode_range(path, a, b))
+        for i, (a, b) in enumerate(ranges):
+            if pool is not None:
+                while len(futures) < min(len(ranges), i + limit):
+                    futures.append(pool.submit(decode_range, path, *ranges[len(futures)]))
+                sink.add(futures[i].result())
+                futures[i] = None
+            else:
+                sink.add(decode_range(path, a, b))
             if progress:
                 progress(path, b - a, 0)
+        columns = sink.finish()
     except (ValueError, TypeError) as exc:
         raise TraceFileError(path, f"invalid JSON in traceEvents ({_short(exc)})") from None
     finally:
+        for f in futures:
+            if f is not None:
+                f.cancel()
+        sink.close()
         prefetch.finished()
     meta = decode_meta(plan["header"], plan["trailer"], path)
-    return FileResult(path=path, meta=meta, columns=_concat_pieces(results), nbytes=plan["bytes"])
+    return FileResult(path=path, meta=meta, columns=columns, nbytes=plan["bytes"])
 
 
 def _short(exc: Exception) -> str:

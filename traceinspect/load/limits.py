@@ -29,15 +29,33 @@ class Limits:
     inflate_floor: int  # Config.min_inflate_cap_bytes
     event_bytes: int  # Config.max_event_bytes
     world: int  # Config.max_world_size
+    memory: int = 1 << 30  # Config.memory_limit_bytes
+    spill_dir: str | None = None  # Config.spill_dir
 
     @classmethod
     def of(cls, config) -> "Limits":
         return cls(inflate_ratio=config.max_inflate_ratio, inflate_floor=config.min_inflate_cap_bytes,
-                   event_bytes=config.max_event_bytes, world=config.max_world_size)
+                   event_bytes=config.max_event_bytes, world=config.max_world_size,
+                   memory=config.memory_limit_bytes, spill_dir=config.spill_dir)
 
     def inflate_cap(self, size_on_disk: int) -> int:
         """Most decompressed bytes a compressed file of this size may hold."""
         return max(self.inflate_floor, int(self.inflate_ratio * size_on_disk))
+
+    @property
+    def spill_bytes(self) -> int:
+        """Columns of one file held in memory at most before they go to disk (load/spill.py)."""
+        return self.memory // 4
+
+    def inflight(self, workers: int) -> int:
+        """Pieces decoding at once, across every process: what the bound leaves after the spill threshold."""
+        return max(1, min(2 * workers, (self.memory - self.spill_bytes) // PIECE_COST))
+
+
+# What one piece in flight may cost while it is decoded: its text, the decoded structs and its columns (measured on
+# 8 MB pieces: +28 MiB for an H200 capture with shapes and stacks, +13 MiB for the public A100 trace; the rest is
+# room for pieces that run past 8 MB to the next event boundary).
+PIECE_COST = 96 << 20
 
 
 DEFAULT_LIMITS = Limits.of(DEFAULT)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from .services import ColumnCache, Workers
 
 _STARTED: dict[str, tuple[tuple[int, int], dict, list]] = {}  # real path -> ((size, mtime), plan, futures)
-_POOL: list = []  # [(the workers, the pid of the process that started them)] while they run
+_POOL: list = []  # [(the workers, the pid of the process that started them, their count)] while they run
 
 
 @contextmanager
@@ -50,8 +50,9 @@ def finished() -> None:
         _POOL.pop()[0].shutdown(wait=True, cancel_futures=True)
 
 
-def take(path: str) -> tuple[dict, list] | None:
-    """(plan, futures) of ``path`` when its pieces were started and the file is unchanged since; else None."""
+def take(path: str) -> tuple[dict, list, Any, int] | None:
+    """(plan, futures, the workers' pool, their count) of ``path`` when its first pieces were started and the file
+    is unchanged since; else None. The rest of its pieces are for the caller to submit (``files._decode_planned``)."""
     if not _POOL or _POOL[0][1] != os.getpid():  # none started, or a forked child: the futures are the parent's
         return None
     entry = _STARTED.pop(os.path.realpath(path), None)
@@ -62,7 +63,7 @@ def take(path: str) -> tuple[dict, list] | None:
         for f in futures:
             f.cancel()
         return None
-    return plan, futures
+    return plan, futures, _POOL[0][0], _POOL[0][2]
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
@@ -84,6 +85,7 @@ def _start(path, config, workers: Workers, cache: ColumnCache | None) -> bool:
             return False
         from .decode import decode_range, plan_ranges
         from .discover import find_trace_files
+        from .limits import Limits
 
         files = [str(f) for f in find_trace_files(path)]
         # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
@@ -97,9 +99,10 @@ def _start(path, config, workers: Workers, cache: ColumnCache | None) -> bool:
     if not plans:
         return False
     pool = workers.pool(n)
-    _POOL.append((pool, os.getpid()))
+    _POOL.append((pool, os.getpid(), n))
+    first = Limits.of(config).inflight(n)  # the bound on pieces in flight holds from the first (load/limits.py)
     for f, plan in plans.items():
-        futures = [pool.submit(decode_range, f, a, b) for a, b in plan["ranges"]]
+        futures = [pool.submit(decode_range, f, a, b) for a, b in plan["ranges"][:first]]
         _STARTED[os.path.realpath(f)] = (_stamp(f), plan, futures)
     return True
 

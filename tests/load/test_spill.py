@@ -1,0 +1,107 @@
+"""load/spill.py: a file whose columns pass the memory bound is decoded into memory-mapped spill files, with the
+same columns (values, order, string tables) and the same report as when it is held in memory; the pieces in flight
+are bounded by the one setting, whatever the number of workers."""
+
+from __future__ import annotations
+
+import json
+import mmap
+
+import numpy as np
+import pytest
+
+from traceinspect.config import Config
+from traceinspect.load.columns import NUM_COLS, RAW_COLS, STR_COLS
+from traceinspect.load.limits import PIECE_COST, Limits
+from traceinspect.load.reader import decode_file
+from traceinspect.load.spill import _TRIM
+from traceinspect.run import report_folder
+from traceinspect.run.pool import process_pool
+
+from load_helpers import plain_control
+from public_traces import DIFF_CONTROL, need, only_file
+
+SMALL = Limits.of(Config(memory_limit_bytes=1 << 20))  # columns past 256 KiB spill: every piece here
+
+
+@pytest.fixture
+def plain(tmp_path, monkeypatch):
+    """The public A100 trace, uncompressed (read by byte range), cut into 1 MB pieces."""
+    return plain_control(tmp_path, monkeypatch)
+
+
+def _mapped(arr: np.ndarray) -> bool:
+    return isinstance(getattr(arr.base, "obj", None), mmap.mmap)  # np.frombuffer's base: a view of the map
+
+
+def _same_columns(a: dict, b: dict) -> None:
+    assert a["n"] == b["n"] > 10_000
+    for col in NUM_COLS:
+        assert a[col].dtype == b[col].dtype and np.array_equal(a[col], b[col]), col
+    for col in STR_COLS:
+        assert a[col][1] == b[col][1], col  # the same strings, in the same order
+        assert np.array_equal(a[col][0], b[col][0]), col
+    for col in RAW_COLS:
+        assert (a[col] is None) == (b[col] is None), col
+        if a[col] is not None:
+            assert list(a[col]) == list(b[col]), col
+
+
+def test_spilled_columns_equal_the_held_ones_plain_and_gzip(plain):
+    for path in (str(plain), str(only_file(need(DIFF_CONTROL)))):
+        held = decode_file(path).columns
+        spilled = decode_file(path, limits=SMALL).columns
+        assert not _mapped(held["ts"])
+        assert all(_mapped(spilled[c]) for c in NUM_COLS) and _mapped(spilled["name"][0])
+        _same_columns(held, spilled)
+
+
+def test_spilled_columns_in_worker_processes(plain):
+    with process_pool(2) as pool:
+        spilled = decode_file(str(plain), pool=pool, workers=2, limits=SMALL).columns
+    _same_columns(decode_file(str(plain)).columns, spilled)
+    assert _mapped(spilled["dur"])
+
+
+def test_spilled_report_equals_the_held_report(plain):
+    def report(memory):
+        cfg = Config(use_cache=False, workers=1, memory_limit_bytes=memory)
+        return json.dumps(report_folder(plain.parent, cfg).to_dict(), sort_keys=True)
+
+    assert report(1 << 20) == report(Config().memory_limit_bytes)
+
+
+def test_pieces_in_flight_are_shared_by_the_workers():
+    one_gib = Limits.of(Config())
+    assert one_gib.spill_bytes == 1 << 28
+    assert one_gib.inflight(2) == 4
+    # 64 workers share the same bound: no more pieces than it leaves room for, not 2 a worker
+    assert one_gib.inflight(64) == ((1 << 30) - (1 << 28)) // PIECE_COST == 8
+    assert SMALL.inflight(8) == 1
+
+
+def test_pages_of_spilled_columns_leave_the_process(plain):
+    cols = decode_file(str(plain), limits=SMALL).columns
+    arrays = [cols[c] for c in NUM_COLS]
+    mapped = sum(a.nbytes for a in arrays)
+    assert mapped > 4 << 20
+    total = sum(float(a.sum()) for a in arrays)  # every page of every column touched
+    before = _TRIM.trim(budget=1 << 62)  # measures only
+    _TRIM.trim(budget=0)  # releases the maps' pages
+    later = _TRIM.trim(budget=1 << 62)
+    assert before - later > mapped // 2  # the pages left this process...
+    assert sum(float(a.sum()) for a in arrays) == total  # ...and the columns read the same from the file again
+
+
+def test_a_rank_past_the_bound_runs_its_parts_in_one_process():
+    import os
+
+    from traceinspect.run import services
+
+    parts = [os.getpid] * 5
+    events = 2 * services.PARALLEL_MIN_EVENTS  # a big rank: its parts fork workers while the bound has room
+    roomy = services.rank_fan_out(Config(workers=2))(parts, events)
+    tight = services.rank_fan_out(Config(workers=2, memory_limit_bytes=1 << 27))(parts, events)
+    if services.workers(Config(workers=2)).can_fork():
+        assert len(set(roomy)) == 2
+    assert set(tight) == {os.getpid()}  # each worker would hold its own share: not side by side

@@ -1,0 +1,182 @@
+"""A file's columns gathered piece by piece, in memory while they are small and on disk past a bound.
+
+A trace file is decoded in pieces of a few MB (``layout.py``); each piece's columns are handed to a ``ColumnSink``
+as it is decoded, and dropped. While the file's columns are small they are kept and merged at the end, as they
+always were. Past ``Limits.spill_bytes`` (a quarter of ``Config.memory_limit_bytes``) every column is appended to a
+file of its own instead (an unnamed temporary file in ``Config.spill_dir``, removed by the system when the last
+reference goes, a crash included) and the merged columns are read-only memory maps of those files: a page is read
+from the file when the analysis touches it, so a column the analysis never reads costs nothing, and the pages a
+process holds are released again past half the bound (``_Trimmer``). The columns are the same either way, value
+for value, in the same order, with the same string tables.
+
+Only the numeric columns and string codes are spilled; the shape text kept for matrix ops (``RAW_COLS``) stays in
+memory (it is kept for a few kinds of operator only, ``columns.py``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from .columns import NUM_COLS, RAW_COLS, STR_COLS
+from .limits import Limits
+
+
+class ColumnSink:
+    """Pieces' columns in, one file's columns out (``finish``): the layout ``files._concat_pieces`` always made."""
+
+    def __init__(self, limits: Limits):
+        self.spill_bytes = limits.spill_bytes
+        self.spill_dir = limits.spill_dir or None
+        self.resident = limits.memory // 2  # what a process may hold of the maps and the rest (``_Trimmer``)
+        self.pieces: list[dict] = []  # held in memory until the bound is passed
+        self.held = 0
+        self.files: dict[str, tuple] | None = None  # column -> (file, dtype) once spilled
+        self.tables: dict[str, dict] = {c: {} for c in STR_COLS}
+        self.raw: dict[str, list] = {c: [] for c in RAW_COLS}
+        self.n = 0
+
+    def add(self, piece: dict) -> None:
+        if self.files is None:
+            self.pieces.append(piece)
+            self.held += sum(piece[c].nbytes for c in NUM_COLS) + sum(piece[c][0].nbytes for c in STR_COLS)
+            if self.held > self.spill_bytes:
+                self._start_spilling()
+            return
+        self._append(piece)
+
+    def _start_spilling(self) -> None:
+        _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
+        self.files = {}
+        for col in (*NUM_COLS, *STR_COLS):
+            self.files[col] = (tempfile.TemporaryFile(dir=self.spill_dir), None)
+        held, self.pieces, self.held = self.pieces, [], 0
+        for p in held:
+            self._append(p)
+
+    def _append(self, piece: dict) -> None:
+        for col in NUM_COLS:
+            self._write(col, piece.pop(col))
+        for col in STR_COLS:
+            codes, strings = piece.pop(col)
+            table = self.tables[col]
+            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
+            self._write(col, remap[codes])  # code -1 picks the trailing -1
+        for col in RAW_COLS:
+            self.raw[col].append((piece["n"], piece.pop(col)))
+        self.n += piece["n"]
+
+    def _write(self, col: str, arr: np.ndarray) -> None:
+        f, dtype = self.files[col]
+        if dtype is None:
+            self.files[col] = (f, arr.dtype)
+        elif arr.dtype != dtype:  # the decoders give every piece the same types; a mismatch is a bug here
+            raise TypeError(f"column {col}: {arr.dtype} after {dtype}")
+        f.write(np.ascontiguousarray(arr).data)
+
+    def finish(self) -> dict:
+        if self.files is None:
+            from .files import _concat_pieces
+
+            pieces, self.pieces = self.pieces, []
+            return _concat_pieces(pieces)
+        out: dict = {}
+        for col in NUM_COLS:
+            out[col] = _mapped(*self.files[col], self.n)
+        for col in STR_COLS:
+            out[col] = (_mapped(*self.files[col], self.n), list(self.tables[col]))
+        for col in RAW_COLS:
+            parts = self.raw[col]
+            if any(a is not None for _, a in parts):
+                out[col] = np.concatenate([a if a is not None else np.empty(n, object) for n, a in parts])
+            else:
+                out[col] = None
+        out["n"] = self.n
+        self.files = {}
+        return out
+
+    def close(self) -> None:
+        for f, _ in (self.files or {}).values():
+            f.close()
+        self.files = None
+        self.pieces = []
+
+
+def _mapped(f, dtype, n: int) -> np.ndarray:
+    """The column written to ``f`` as a read-only array over a map of it, read from the file page by page."""
+    f.flush()
+    dtype = np.dtype(dtype if dtype is not None else np.float64)
+    if n == 0:
+        f.close()
+        return np.empty(0, dtype)
+    mm = mmap.mmap(f.fileno(), dtype.itemsize * n, access=mmap.ACCESS_READ)
+    f.close()  # the map keeps the file; the unnamed file goes when the map does
+    _TRIM.watch(mm)
+    return np.frombuffer(mm, dtype=dtype, count=n)
+
+
+class _Trimmer:
+    """Keeps the spilled columns' pages that this process holds mapped under a share of the bound.
+
+    Pages of a map that the analysis touched stay in the process (and count in its resident set) until the system
+    needs the memory. Every ``PERIOD`` seconds, once the process holds more than ``budget`` bytes, its maps are
+    released (``madvise(MADV_DONTNEED)``: the pages leave the process, the file keeps them, and a page touched
+    again is mapped again from the system's file cache). The maps are read-only, so nothing is lost."""
+
+    PERIOD = 0.25
+
+    def __init__(self):
+        self.maps: list = []  # weak references: a map no column uses any more goes, with its file
+        self.budget: int | None = None
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def watch(self, mm) -> None:
+        with self.lock:
+            self.maps = [r for r in self.maps if r() is not None] + [weakref.ref(mm)]
+            self._start()
+
+    def _start(self) -> None:
+        if self.budget is not None and self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="traceinspect-spill-trim", daemon=True)
+            self.thread.start()
+
+    def _forked(self) -> None:  # a forked worker holds its own pages of the maps: it trims them itself
+        self.lock = threading.Lock()
+        self.thread = None
+        if self.maps:
+            self._start()
+
+    def _run(self) -> None:
+        while self.trim() is not None:
+            time.sleep(self.PERIOD)
+
+    def trim(self, budget: int | None = None) -> int | None:
+        """Release the maps' pages when the process holds more than ``budget`` (the bound's share); the bytes it
+        held before, or None where the system does not say (not Linux: the system alone decides)."""
+        with self.lock:
+            maps = [m for m in (r() for r in self.maps) if m is not None]
+        try:
+            with open("/proc/self/statm", "rb") as fh:
+                resident = int(fh.read().split()[1]) * _PAGE
+        except OSError:
+            return None
+        if maps and resident > (self.budget if budget is None else budget):
+            for mm in maps:
+                try:
+                    mm.madvise(mmap.MADV_DONTNEED)
+                except (OSError, ValueError):  # closed meanwhile
+                    pass
+        return resident
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TRIM = _Trimmer()
+
