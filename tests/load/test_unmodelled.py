@@ -107,6 +107,14 @@ def test_counts_survive_the_column_cache(tmp_path):
     assert first["ranks"][0]["unmodelled"] == again["ranks"][0]["unmodelled"] == {"dma_request": 12}
 
 
+@pytest.mark.parametrize("gz", [True, False], ids=["gzip", "plain"])
+def test_counts_survive_spilling(tmp_path, gz):
+    """A file past the memory bound is decoded into spill files (load/spill.py): its counts are the same."""
+    counts = {"dma_request": 37, "mtia_ccp_events": 5}
+    d = _report(_with_other_device(tmp_path, counts, gz), memory_limit_bytes=1 << 20)  # columns past 256 KiB spill
+    assert d["ranks"][0]["unmodelled"] == counts
+
+
 def test_many_unknown_categories_are_capped(tmp_path):
     """A file can hold any number of categories: the report names MAX_NAMED of them and sums the rest."""
     counts = {f"accel_{i:02d}": 40 - i for i in range(MAX_NAMED + 4)}

@@ -10,45 +10,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import Executor, Future
 
-import numpy as np
-
 from ..errors import TraceFileError
 from . import prefetch
 from .limits import DEFAULT_LIMITS, FinalFileError, Limits
-from .decode import (NUM_COLS, RAW_COLS, STR_COLS, decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
+from .decode import (decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
 from .spill import ColumnSink
 from .services import IN_PROCESS, FileResult, ProgressFn, Workers
-from .unmodelled import merged
-
-
-def _concat_pieces(pieces: list[dict]) -> dict:
-    """Merge per-piece columns, unifying each piece's string table into one categorical.
-
-    Column by column, dropping each piece's copy as soon as it is merged: the peak is one file's columns plus one
-    column, not two copies of everything.
-    """
-    out: dict = {}
-    n = sum(p["n"] for p in pieces)
-    for col in NUM_COLS:
-        out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
-    for col in STR_COLS:
-        table: dict = {}
-        parts = []
-        for p in pieces:
-            codes, strings = p.pop(col)
-            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
-            parts.append(remap[codes])  # code -1 picks the trailing -1
-        codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
-        out[col] = (codes, list(table))
-    for col in RAW_COLS:  # object arrays (None where a piece has none)
-        if any(p[col] is not None for p in pieces):
-            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
-        else:
-            out[col] = None
-    out["n"] = n
-    out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
-    return out
 
 
 def decode_file(path: str, *, pool: Executor | None = None, workers: int = 1, progress: ProgressFn | None = None,

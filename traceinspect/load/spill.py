@@ -26,10 +26,40 @@ import numpy as np
 
 from .columns import NUM_COLS, RAW_COLS, STR_COLS
 from .limits import Limits
+from .unmodelled import merged
+
+
+def concat_pieces(pieces: list[dict]) -> dict:
+    """Merge per-piece columns, unifying each piece's string table into one categorical.
+
+    Column by column, dropping each piece's copy as soon as it is merged: the peak is one file's columns plus one
+    column, not two copies of everything.
+    """
+    out: dict = {}
+    n = sum(p["n"] for p in pieces)
+    for col in NUM_COLS:
+        out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
+    for col in STR_COLS:
+        table: dict = {}
+        parts = []
+        for p in pieces:
+            codes, strings = p.pop(col)
+            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
+            parts.append(remap[codes])  # code -1 picks the trailing -1
+        codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
+        out[col] = (codes, list(table))
+    for col in RAW_COLS:  # object arrays (None where a piece has none)
+        if any(p[col] is not None for p in pieces):
+            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
+        else:
+            out[col] = None
+    out["n"] = n
+    out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
+    return out
 
 
 class ColumnSink:
-    """Pieces' columns in, one file's columns out (``finish``): the layout ``files._concat_pieces`` always made."""
+    """Pieces' columns in, one file's columns out (``finish``): the layout ``concat_pieces`` makes."""
 
     def __init__(self, limits: Limits):
         self.spill_bytes = limits.spill_bytes
@@ -40,6 +70,7 @@ class ColumnSink:
         self.files: dict[str, tuple] | None = None  # column -> (file, dtype) once spilled
         self.tables: dict[str, dict] = {c: {} for c in STR_COLS}
         self.raw: dict[str, list] = {c: [] for c in RAW_COLS}
+        self.unmodelled: list = []  # each piece's counts of events no analysis models (load/unmodelled.py)
         self.n = 0
 
     def add(self, piece: dict) -> None:
@@ -70,6 +101,7 @@ class ColumnSink:
             self._write(col, remap[codes])  # code -1 picks the trailing -1
         for col in RAW_COLS:
             self.raw[col].append((piece["n"], piece.pop(col)))
+        self.unmodelled.append(piece.get("unmodelled"))
         self.n += piece["n"]
 
     def _write(self, col: str, arr: np.ndarray) -> None:
@@ -82,10 +114,8 @@ class ColumnSink:
 
     def finish(self) -> dict:
         if self.files is None:
-            from .files import _concat_pieces
-
             pieces, self.pieces = self.pieces, []
-            return _concat_pieces(pieces)
+            return concat_pieces(pieces)
         out: dict = {}
         for col in NUM_COLS:
             out[col] = _mapped(*self.files[col], self.n)
@@ -98,6 +128,7 @@ class ColumnSink:
             else:
                 out[col] = None
         out["n"] = self.n
+        out["unmodelled"] = merged(self.unmodelled)
         self.files = {}
         return out
 
