@@ -81,3 +81,13 @@ def test_tp_fix_pairs_the_plan_only_where_it_redistributes():
     (g, _), = _findings("tp2_rowwise", "tp-exposed-comm")
     assert "RowwiseParallel()" in f.fix and "Pair each" not in g.fix
     assert "not on CPU / gloo" in f.fix  # async TP needs NCCL and symmetric memory
+
+
+@pytest.mark.parametrize("name", PP + TP)
+def test_their_time_is_not_also_exposed_comm(name):
+    """The pipeline's sends and receives are its bubble, TP's collectives tp-exposed-comm's: exposed-comm (data
+    parallel's rule, with a fix in data parallel's terms) does not claim the same time again."""
+    rep = _report(name)
+    assert rep.strategy.kinds and not {"ddp", "fsdp1", "fsdp2"} & set(rep.strategy.kinds)
+    assert not _findings(name, "exposed-comm")
+    assert _findings(name, "pipeline-bubble" if "pp" in rep.strategy.kinds else "tp-exposed-comm")
