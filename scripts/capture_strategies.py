@@ -8,7 +8,9 @@ Strategies (small models, so each trace stays small):
 
 * ``fsdp2``: an MLP of ``--layers`` Linear+ReLU blocks, ``fully_shard`` on every block and on the root, AdamW.
   Knobs: ``--reshard-after-forward {true,false}``, ``--forward-prefetch {on,off}`` (explicit
-  ``set_modules_to_forward_prefetch`` of the next block).
+  ``set_modules_to_forward_prefetch`` of the next block), ``--accumulation K`` (K micro-batches of ``--batch`` rows
+  per optimizer step, each loss divided by K) with ``--no-sync {on,off}`` (``set_requires_gradient_sync(False)`` on
+  every micro-batch but the last: no reduce-scatter in their backward passes).
 * ``tp``: a two-layer MLP parallelized with ``ColwiseParallel`` / ``RowwiseParallel`` over a 1-D device mesh
   (``--tp-plan colwise-replicate``: both layers ``ColwiseParallel(output_layouts=Replicate())``, an all-gather after
   each layer instead of one all-reduce).
@@ -67,16 +69,21 @@ class _Batches(torch.utils.data.Dataset):
         return _batch(self.args, self.rank, i)
 
 
-def _train_step(args, rank: int, model: nn.Module, opt):
-    """One training step of a model that runs whole on every rank (FSDP2, tensor parallel): forward, MSE loss,
-    backward, optimizer step."""
+def _train_step(args, rank: int, model: nn.Module, opt, sync=None):
+    """One training step of a model that runs whole on every rank (FSDP2, tensor parallel): ``--accumulation``
+    micro-batches of forward, MSE loss (divided by their count) and backward, then the optimizer step. ``sync(last)``,
+    where given, runs before each micro-batch (``last``: it is the step's last one)."""
     batches = iter(torch.utils.data.DataLoader(_Batches(args, rank), batch_size=None, num_workers=0)) \
         if args.loader else None
+    k = max(1, args.accumulation)
 
     def step(i: int) -> None:
-        x, y = next(batches) if batches is not None else _batch(args, rank, i)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        for j in range(k):
+            if sync is not None:
+                sync(j == k - 1)
+            x, y = next(batches) if batches is not None else _batch(args, rank, i * k + j if k > 1 else i)
+            loss = nn.functional.mse_loss(model(x), y) / k
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -98,8 +105,10 @@ def _fsdp2(args, rank: int, ws: int):
             cur.set_modules_to_forward_prefetch([nxt])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     described = {"reshard_after_forward": raf, "forward_prefetch": args.forward_prefetch == "on", "mesh": {"dp": ws},
-                 "layers": args.layers}
-    return _train_step(args, rank, model, opt), described
+                 "layers": args.layers, "accumulation": args.accumulation, "no_sync": args.no_sync == "on"}
+    # gradient accumulation without communication: reduce-scatter only in the last micro-batch's backward
+    sync = model.set_requires_gradient_sync if args.no_sync == "on" else None
+    return _train_step(args, rank, model, opt, sync), described
 
 
 def _tp(args, rank: int, ws: int):
@@ -161,6 +170,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--reshard-after-forward", choices=("true", "false"), default="true")
     p.add_argument("--forward-prefetch", choices=("on", "off"), default="off")
+    p.add_argument("--accumulation", type=int, default=1, help="fsdp2: micro-batches per optimizer step")
+    p.add_argument("--no-sync", choices=("on", "off"), default="off",
+                   help="fsdp2: set_requires_gradient_sync(False) on every micro-batch but the last")
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     p.add_argument("--microbatches", type=int, default=4, help="pp: n_microbatches of the schedule")
     p.add_argument("--tp-plan", choices=("colwise-rowwise", "colwise-replicate"), default="colwise-rowwise",

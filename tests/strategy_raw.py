@@ -38,18 +38,23 @@ def union(intervals, a: float, b: float) -> float:
     return total
 
 
+def windows(name: str):
+    """Per trace file (window) of the fixture: (rank, its complete events, its ProfilerStep#N annotations, the
+    training thread's tid)."""
+    for f in sorted((FIXTURES / name).glob("rank*.pt.trace.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            d = json.load(fh)
+        ev = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+        steps = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+        yield d["distributedInfo"]["rank"], ev, steps, steps[0]["tid"]
+
+
 @lru_cache(maxsize=None)
 def per_step(name: str, names: frozenset, counted: frozenset = frozenset()) -> dict:
     """(rank, step) -> (step us, union us of the training thread's records named ``names`` inside the step, number
     of ``counted`` records starting in it), over every trace file (window) of the fixture."""
     out = {}
-    for f in sorted((FIXTURES / name).glob("rank*.pt.trace.json.gz")):
-        with gzip.open(f, "rt") as fh:
-            d = json.load(fh)
-        rank = d["distributedInfo"]["rank"]
-        ev = [e for e in d["traceEvents"] if e.get("ph") == "X"]
-        steps = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
-        tid = steps[0]["tid"]
+    for rank, ev, steps, tid in windows(name):
         mine = [e for e in ev if e.get("tid") == tid and e.get("name") in names
                 and e.get("cat") in ("cpu_op", "user_annotation")]
         iv = [(e["ts"], e["ts"] + e["dur"]) for e in mine]

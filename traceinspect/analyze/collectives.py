@@ -35,6 +35,7 @@ from .comm_names import (BUSBW_FACTOR, DTYPE_BYTES, GLOO_EXECUTES, NOT_COLLECTIV
 from .comm_exposure import exposed_per_collective, with_exposure
 from .comm_steps import _total_columns, kind_table, step_columns  # noqa: F401
 from .events import step_at
+from .fsdp_reduce import reduction_table
 from .links import launch_calls
 from .nesting import _enclosing, _frame, _nested
 from ..config import DEFAULT, Config
@@ -375,7 +376,8 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
 
 
 def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config = DEFAULT) -> RankPart:
-    """The tables ``collectives`` and ``backward_passes``, and the per-step communication columns."""
+    """The tables ``collectives``, ``backward_passes`` and ``fsdp_reductions`` (fsdp_reduce.py), and the per-step
+    communication columns."""
     passes = backward_passes(rank, steps)
     coll = collectives_table(rank, steps, passes)
     table = coll.reindex(columns=COLUMNS) if len(coll) else _empty_table()
@@ -386,6 +388,8 @@ def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config =
     basis = "gpu" if len(steps.gpu_index) else "cpu"
     table["exposed_us"] = exposed_per_collective(table, rank, steps, basis)  # comm_exposure.py
     tables = {"collectives": table, "comm_by_kind": with_exposure(kind_table(table), table), "backward_passes": passes.assign(
-        step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else [])}
+        step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else []),
+        "fsdp_reductions": reduction_table(rank, steps, passes, coll.assign(exposed_us=table["exposed_us"].to_numpy())
+                                           if len(coll) else None)}
     cols = step_columns(coll, step_table, rank, steps, passes, config)
     return RankPart(tables=tables, columns={c: cols[c].to_numpy() for c in cols.columns})

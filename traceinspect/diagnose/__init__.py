@@ -25,6 +25,7 @@ RULE_MODULES = (
     "gpu_idle",
     "small_buckets",
     "sync_every_microstep",
+    "fsdp_reducescatter",
     "fsdp_allgather",
     "exposed_comm",
     "straggler",
