@@ -106,6 +106,11 @@ class Config:
         0.6,
         "The same rank must arrive last at this share of collectives, or cause this share of all the waiting: "
         "below both, ranks taking turns is noise.")
+    straggler_noise_se: float = setting(
+        2.0,
+        "The waiting a rank causes (net, per step), and the excess of the cause named for it, must each exceed "
+        "this many standard errors of their mean over the steps: a burst in one or two steps (a process "
+        "descheduled on a shared host) is not a rank that holds the others back, nor a cause that explains it.")
 
     # --- no-mixed-precision -----------------------------------------------------------------------------------
     fp32_matmul_share_warning: float = setting(

@@ -207,7 +207,7 @@ def cross_rank_analysis(ranks, config=None) -> dict:
     for r in rank_ids:
         # Time the other ranks waited in collectives this rank arrived last at, per step (union per rank, mean
         # over the other ranks, 0 for those that did not wait for it), averaged over all steps.
-        caused = []
+        caused, caused_steps = [], []
         for s in all_steps:
             mine = pos[s].get(r)
             n_others = len(in_step[s]) - (mine is not None)
@@ -220,6 +220,7 @@ def cross_rank_analysis(ranks, config=None) -> dict:
                     continue
                 vals[i - (mine is not None and mine < i)] = u
             caused.append(float(np.mean(vals)))
+            caused_steps.append(int(s))
         own_wait = [w["wait_us"] for w in wait_rows if w["rank"] == r]
         sk = skews_when_last[r]
         per_rank.append({
@@ -228,6 +229,8 @@ def cross_rank_analysis(ranks, config=None) -> dict:
             "mean_skew_us": _f(np.mean(sk)) if sk else 0.0,
             "max_skew_us": _f(np.max(sk)) if sk else 0.0,
             "caused_wait_per_step_us": _f(np.mean(caused)) if caused else 0.0,
+            # the same per step: how the waiting it causes spreads over the steps (one burst, or every step)
+            "caused_wait_by_step": [{"step": st, "wait_us": _f(v)} for st, v in zip(caused_steps, caused)],
             "wait_per_step_us": _f(np.mean(own_wait)) if own_wait else 0.0,
             "wait_total_us": _f(np.sum(own_wait)) if own_wait else 0.0,
         })
@@ -257,6 +260,7 @@ def cross_rank_analysis(ranks, config=None) -> dict:
             "rank": r, "last_count": top["last_count"], "matched": n_matched, "last_share": top["last_share"],
             "mean_skew_us": top["mean_skew_us"], "max_skew_us": top["max_skew_us"],
             "caused_wait_per_step_us": caused, "caused_wait_share": top["caused_wait_share"],
+            "caused_wait_by_step": top["caused_wait_by_step"],
             "step_wall_us": _f(mean_wall),
             "skew_share": _f(caused / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
             "mean_skew_share": _f(top["mean_skew_us"] / mean_wall) if mean_wall and math.isfinite(mean_wall) else None,
@@ -266,7 +270,8 @@ def cross_rank_analysis(ranks, config=None) -> dict:
 
 
 def _cause(ranks, late: int) -> tuple[dict | None, list]:
-    """Compare the late rank's per-step numbers with the other ranks' median, per step, averaged over steps."""
+    """Compare the late rank's per-step numbers with the other ranks' median, per step, averaged over steps (with
+    the standard error of that mean over the steps)."""
     by_rank = {ra.rank: ra.steps.set_index("step") for ra in ranks}
     mine = by_rank.get(late)
     others = [v for k, v in by_rank.items() if k != late]
@@ -287,8 +292,11 @@ def _cause(ranks, late: int) -> tuple[dict | None, list]:
             oth_v.append(med)
         if not diffs:
             continue
+        # the standard error of the mean difference over the steps: a difference every step, or one burst
+        se = _f(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) >= 2 else None
         cands.append({"metric": col, "label": label, "late_rank_us": _f(np.mean(mine_v)),
-                      "others_us": _f(np.mean(oth_v)), "difference_us": _f(np.mean(diffs))})
+                      "others_us": _f(np.mean(oth_v)), "difference_us": _f(np.mean(diffs)),
+                      "difference_se_us": se})
     cands.sort(key=lambda c: -(c["difference_us"] or 0.0))
     cause = cands[0] if cands and (cands[0]["difference_us"] or 0.0) > 0 else None
     return cause, cands

@@ -14,7 +14,12 @@ rank causes more than half of the waiting, and its own extra work (the cause, be
 ``CAUSE_MIN_SHARE`` of the waiting it causes. And the waiting it causes, net of the waiting the other ranks cause (mutual waiting cancels out), is at
 least ``straggler_min_skew_us`` (500 us) per step and at least ``straggler_skew_share_warning`` (5 %) of the step.
 Why: below 5 % (and half a millisecond) arrival jitter is ordinary; above it one rank's extra work sets the pace of
-the whole job: a data-parallel step is as slow as its slowest rank.
+the whole job: a data-parallel step is as slow as its slowest rank. And, with ``MIN_STEPS`` (3) steps or more, the
+lateness is there step after step: the net wait, taken per step (the waiting the rank causes in the step less what
+the rank that causes the most of the rest causes in it), has a mean above ``straggler_noise_se`` (2) standard errors
+of itself, or the cause named below does. A burst in one or two steps (on a shared host, a process descheduled
+for a while) moves the mean as much as a slow rank does, but it is not one rank holding the others back, and the
+next window would not show it.
 
 **Why it matters**: the fast ranks' GPUs sit in NCCL kernels (or gloo waits) doing nothing. That time looks like
 communication in their profiles but is waiting: a faster interconnect would not help, fixing the late rank
@@ -23,7 +28,8 @@ would.
 **The cause**: the late rank's per-step numbers are compared with the median of the other ranks (DataLoader
 wait, host-to-device copies, host syncs, GPU compute, CPU forward / backward / optimizer / other); the largest
 excess is named *only when it explains most of the waiting* (at least ``CAUSE_MIN_SHARE``, 50 %, of the net wait
-per step; the finding states the fraction). Waiting shows up on the other ranks, so the late rank's excess is what
+per step; the finding states the fraction) *and it is there step after step* (its mean excess above
+``straggler_noise_se`` standard errors of itself over the steps). Waiting shows up on the other ranks, so the late rank's excess is what
 made it late. When no number explains it, the finding says so: the delay is not in the profiled steps (it happened
 before the window, or in work the trace does not record), and the largest difference is listed as not the cause.
 
@@ -117,6 +123,8 @@ class Evidence(msgspec.Struct, kw_only=True):
     threshold_share_warning: float
     threshold_min_skew_us: float
     cpu_only: bool = False  # every rank of the run is CPU-only: no GPU advice
+    net_wait_se_us: float | None = None  # standard error of the per-step net wait's mean (None: under MIN_STEPS)
+    threshold_noise_se: float | None = None
 
 
 def fix(ev: Evidence, setup=None) -> str:
@@ -141,6 +149,28 @@ def _cause_backed(s: dict) -> bool:
                 and cause["difference_us"] >= CAUSE_MIN_SHARE * gross)
 
 
+def _net_by_step(s: dict, others: list) -> list[float]:
+    """Per step: the waiting the late rank caused, less what the other rank causing the most of the rest caused."""
+    if not others:
+        return [float(x["wait_us"] or 0.0) for x in s.get("caused_wait_by_step") or []]
+    top = max(others, key=lambda p: p.get("caused_wait_per_step_us") or 0.0)
+    theirs = {x["step"]: float(x["wait_us"] or 0.0) for x in top.get("caused_wait_by_step") or []}
+    return [float(x["wait_us"] or 0.0) - theirs.get(x["step"], 0.0) for x in s.get("caused_wait_by_step") or []]
+
+
+def _se(values: list[float]) -> float | None:
+    n = len(values)
+    if n < MIN_STEPS:
+        return None
+    mean = sum(values) / n
+    return (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 / n ** 0.5
+
+
+def _steady(mean: float, se: float | None, config) -> bool:
+    """Above the noise of its own step-to-step spread (always, where too few steps tell)."""
+    return se is None or mean > config.straggler_noise_se * se
+
+
 def check(report, config) -> list:
     cr = report.cross_rank or {}
     s = cr.get("straggler")
@@ -163,13 +193,24 @@ def check(report, config) -> list:
     thin = (s.get("matched") or 0) < MIN_MATCHED or nsteps < MIN_STEPS
     cause = s.get("cause")
     explained = (cause["difference_us"] / net) if cause and net > 0 else None
-    named = bool(cause and explained >= CAUSE_MIN_SHARE)
+    # a difference in one or two steps explains nothing about the others
+    steady_cause = bool(cause) and _steady(cause["difference_us"] or 0.0, cause.get("difference_se_us")
+                                           if nsteps >= MIN_STEPS else None, config)
+    named = bool(cause and explained >= CAUSE_MIN_SHARE and steady_cause)
+    net_se = _se(_net_by_step(s, others))
+    if not named and not _steady(net, net_se, config):
+        return []  # ranks late in turns, or one burst: nothing holds the others back step after step
     if named:
         why = (f": {cause['label']} (+{cause['difference_us'] / 1000:.1f} ms per step vs the others, "
                f"{100 * min(explained, 1.0):.0f} % of the wait)")
     else:
-        shown = (f"; the largest difference, {cause['label']} (+{_ms_or_us(cause['difference_us'])}), explains "
-                 f"only {100 * max(explained, 0.0):.0f} %" if cause else "")
+        shown = ""
+        if cause and not steady_cause:
+            shown = (f"; the largest difference, {cause['label']} (+{_ms_or_us(cause['difference_us'])}), is not "
+                     "there step after step")
+        elif cause:
+            shown = (f"; the largest difference, {cause['label']} (+{_ms_or_us(cause['difference_us'])}), "
+                     f"explains only {100 * max(explained, 0.0):.0f} %")
         why = (shown + "; what delays it is not visible in the profiled steps (it precedes the window or is not "
                "recorded)")
     title = (f"Rank {r} arrives last at {s['last_count']} of {s['matched']} collectives; the others wait "
@@ -185,7 +226,8 @@ def check(report, config) -> list:
         steps_with_collectives=nsteps, threshold_cause_share=CAUSE_MIN_SHARE, threshold_min_matched=MIN_MATCHED,
         candidates=s.get("candidates", []), unmatched_collectives=cr.get("unmatched_count", 0),
         threshold_min_last_share=min_last, threshold_share_warning=warn, threshold_min_skew_us=min_us,
-        cpu_only=all(ra.basis == "cpu" for ra in report.ranks),
+        cpu_only=all(ra.basis == "cpu" for ra in report.ranks), net_wait_se_us=net_se,
+        threshold_noise_se=config.straggler_noise_se,
     )
     return [finding(RULE, ev, title=title, ranks=[r], steps=steps, stake=net, setup=setup_of(report, r))]
 
@@ -196,6 +238,7 @@ RULE = Rule(
     needs=Needs(),  # reads the cross-rank analysis (report.cross_rank), no per-rank columns
     claim=Claim(order=40, gpu=Estimate(("comm",)), cpu=Estimate(("comm",)), other_ranks=True),
     label="straggler",
-    thresholds=("straggler_min_last_share", "straggler_min_skew_us", "straggler_skew_share_warning"),
+    thresholds=("straggler_min_last_share", "straggler_min_skew_us", "straggler_skew_share_warning",
+                "straggler_noise_se"),
     evidence=Evidence, fix=fix, check=check,
 )
