@@ -1,7 +1,8 @@
 """fsdp-exposed-reducescatter: with gradient accumulation, FSDP reduce-scatters the gradients after every
 micro-batch's backward.
 
-**Detects**, on an FSDP run (``report.strategy``: ``fsdp2`` or ``fsdp1``), optimizer steps (profiler steps) that
+**Detects**, on an FSDP run (``report.strategy``: ``fsdp2`` or ``fsdp1``; a run that shows no strategy is not
+checked: its reduce-scatters are not known to be FSDP's), optimizer steps (profiler steps) that
 run several backward passes (gradient accumulation over k micro-batches) and in which the gradients are
 reduce-scattered after more than one of them. Each reduce-scatter is placed in the backward pass it closes: the
 step's last pass that started at or before its issue (analyze/fsdp_reduce.py; the one FSDP2 issues from the root's
@@ -94,6 +95,9 @@ def _mean(values: list) -> float:
 
 
 def _rank(ra, config, report):
+    kinds = tuple(getattr(getattr(report, "strategy", None), "kinds", ()) or ())
+    if not any(k.startswith("fsdp") for k in kinds):  # reduce-scatters of another wrapper: not FSDP's switch
+        return None
     t, c = ra.tables.get("fsdp_reductions"), ra.tables.get("collectives")
     s = ra.steps
     if t is None or not len(t) or c is None or not len(s):
