@@ -170,7 +170,12 @@ def test_launch_bound_fires_on_cpu_bound_gpu_traces(folder):
     assert r["launch_calls_per_step"] == pytest.approx(sum(counts) / len(counts))
     assert r["median_kernel_us"] < r["cpu_us_per_kernel"]
     assert r["idle_other_share"] >= 0.2
-    assert f.time_at_stake_us == pytest.approx(r["idle_other_us_per_step"])
+    # The claim: the launch wait while the CPU ran what a CUDA graph of the model removes (less what a finding
+    # claiming before it from the same idle took: the per-parameter optimizer), never all of the idle.
+    before = sum(g.time_at_stake_us or 0.0 for g in report(folder).findings if g.id == "optimizer-not-fused")
+    cap = r["idle_launch_capturable_us_per_step"]
+    assert cap - before - 1.0 <= f.time_at_stake_us <= cap + 1e-6
+    assert cap < r["idle_launch_us_per_step"] <= r["idle_other_us_per_step"] + 1e-6
 
 
 def test_launch_bound_fires_on_deep_gpu_fixture():

@@ -20,6 +20,14 @@ ROWS = [
     ("train_eager", "train_graphs", "launch-bound"),  # torch.compile(model, mode="reduce-overhead")
     ("train_compiled", "train_graphs", "launch-bound"),  # mode="reduce-overhead" on a compiled model
 ]
+# Twins that apply only part of the fix the problem's report prescribes (CUDA graphs of the forward and backward): what
+# they save is bounded by the claim, not predicted by it.
+PARTIAL = {
+    ("train_eager", "train_compiled"): (
+        "torch.compile(model) in its default mode: Inductor fuses 32 of the ops into Triton kernels but still launches "
+        "one kernel per op from Python (123 launches a step against 139) and removes the autograd engine's per-node "
+        "work in backward (its thread's ops 4.07 -> 1.89 ms); the launches CUDA graphs remove stay"),
+}
 # CPU work each capture of a pair does identically, whatever the knob: the optimizer (AdamW foreach: the same ops on
 # the same parameters; compile wraps the model only) and, in the graph pair, the fresh input of each pass.
 UNTOUCHED = {"train": ("Optimizer.step#AdamW.step", "Optimizer.zero_grad#AdamW.zero_grad"),
@@ -100,7 +108,10 @@ def table(rows: dict) -> str:
     for problem, twin, fid in ROWS:
         m = measured(problem, twin)
         claim, diff, sev = rows[(problem, twin)]
-        ok = "holds" if abs(claim - m["saving_us"]) <= m["tolerance_us"] else "does not hold"
+        if (problem, twin) in PARTIAL:  # a part of the prescribed fix: the claim only bounds what it saves
+            ok = "partial fix: " + ("bounded" if m["saving_us"] <= claim + m["tolerance_us"] else "exceeds the claim")
+        else:
+            ok = "holds" if abs(claim - m["saving_us"]) <= m["tolerance_us"] else "does not hold"
         lines.append(f"| `{problem}` | `{twin}` | `{fid}` ({sev}) | {claim / 1000:.2f} | {diff / 1000:.2f} | "
                      f"{m['saving_us'] / 1000:.2f} | {m['noise_us'] / 1000:.2f} | {m['tolerance_us'] / 1000:.2f} | "
                      f"{100 * m['host_share']:+.0f} % | {ok} |")

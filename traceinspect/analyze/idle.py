@@ -18,6 +18,12 @@ running) goes to the first of:
    launch overhead (Python, dispatch and launch calls slower than the kernels they launch);
 6. ``idle_host_us``: the rest: idle outside the step's CPU window (between ``ProfilerStep`` annotations).
 
+``idle_launch_capturable_us`` is the part of ``idle_launch_us`` during which the CPU ran work a CUDA graph of the
+model's forward and backward takes off it (``issue.capturable_intervals``: its eager ops, compiled code that
+launches its kernels one by one, the Python between them), the rest of it the GPU waited while the CPU ran what
+such a graph leaves (the optimizer step, ``AccumulateGrad``, ``loss.item()``, the Python between the regions): what
+``launch-bound`` claims.
+
 The six add up to ``bd_idle`` in each step (docs/metrics.md, "Idle time by what the GPU waited for").
 """
 
@@ -29,6 +35,7 @@ import pandas as pd
 from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
 from .events import LOADER_FETCH, name_mask
 from .intervals import build_timeline
+from .issue import capturable_intervals
 from .links import launch_calls
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
@@ -62,15 +69,20 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
     loader = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
     cs, ce = table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy()
     gs, ge = _step_work(ev, steps, ts[gidx], end[gidx], table)
+    cap = capturable_intervals(rank, steps, table)
     parts = [(gs, ge), (pend_s, pend_e), (ts[sync], end[sync]), (ts[first], end[first]),
-             (ts[loader], end[loader]), (cs, ce)]
+             (ts[loader], end[loader]), cap, (cs, ce)]
     s = np.concatenate([p[0] for p in parts])
     e = np.concatenate([p[1] for p in parts])
     c = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
     excl = build_timeline(s, e, c, len(parts)).exclusive_in(table["start_us"].to_numpy(), table["end_us"].to_numpy())
-    cols = {name: excl[i + 1] for i, name in enumerate(IDLE_COLUMNS[:-1])}
+    cols = {name: excl[i + 1] for i, name in enumerate(IDLE_COLUMNS[:-2])}
+    # Launch overhead, split by what the CPU was running: work a graph of the model removes, or the rest.
+    cols["idle_launch_capturable_us"] = excl[5]
+    cols["idle_launch_us"] = excl[5] + excl[6]
     # The step's idle time is its window less its GPU work and the backlog; the rest of it is "host".
-    cols["idle_host_us"] = np.clip(table["bd_idle"].to_numpy() - sum(cols.values()), 0.0, None)
+    split = sum(cols[c] for c in IDLE_COLUMNS[:-1])
+    cols["idle_host_us"] = np.clip(table["bd_idle"].to_numpy() - split, 0.0, None)
     t = np.sort(ts[first])
     cols["first_launch_count"] = (np.searchsorted(t, ce, "left") - np.searchsorted(t, cs, "left")).astype(np.int64)
     return RankPart(columns=cols)

@@ -17,9 +17,32 @@ launch nothing (the DataLoader's pinning thread, a watchdog polling events) are 
 Time in which no issuing thread had an event open is not counted (the interpreter between two recorded ops): the
 column is the CPU work the trace shows, a lower bound of what the CPU needs to issue the step. It is what the
 accounting's CPU floor reads (docs/findings.md); the definition is in docs/metrics.md.
+
+``cpu_capturable_us``: the part of the step's CPU window that capturing the model's forward and backward in CUDA
+graphs (``torch.compile(model, mode="reduce-overhead")``) takes off the CPU, and ``capturable_intervals`` the
+intervals themselves (the idle split, analyze/idle.py, measures the GPU's launch wait inside them). Each instant of
+the CPU window goes to the first that holds, over the issuing threads:
+
+1. kept (``KEPT``): an optimizer step or ``zero_grad``, the autograd engine's per-parameter ``AccumulateGrad``, a
+   read of a value to the host (``aten::item``, ``aten::_local_scalar_dense``), a synchronizing call, a DataLoader
+   fetch, a collective, a graph launch, or a compiled region's generated code that replays a graph: what a graph
+   of the model leaves on the CPU;
+2. capturable: a compiled region's generated code that launches its kernels one by one (``## Call
+   CompiledFxGraph``, holding no graph launch), which CUDA graphs replace by one replay;
+3. kept: the compiled regions' own wrappers (``Torch-Compiled Region``, ``CompiledFunction``,
+   ``CompiledFunctionBackward``, Dynamo's cache lookup), which stay around a replay;
+4. capturable: every other recorded event of an issuing thread (an eager op, its launch calls);
+5. between events: capturable where the events on both sides are capturable and no step boundary lies between
+   them (the model's Python between two of its ops), else kept (the Python between the regions and around the
+   optimizer).
+
+What a replay itself costs on the CPU (the replay's input copies and checks, its launch) is not in a trace that
+replays nothing: time taken off by this column is an upper bound of what the fix removes.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -29,6 +52,17 @@ from .events import LOADER_FETCH, name_mask, rows_sharing_corr, runtime_mask
 from .intervals import build_timeline
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
+from .setup import COMM_OP, GRAPH_LAUNCH
+
+# What a graph of the model's forward and backward leaves on the CPU (docs/metrics.md, "cpu_capturable_us").
+KEPT = re.compile(r"^(Optimizer\.(step|zero_grad)#|enumerate\(DataLoader\)"
+                  r"|(autograd::engine::evaluate_function: )?torch::autograd::AccumulateGrad$"
+                  r"|aten::(item|_local_scalar_dense)$)")
+GENERATED = re.compile(r"^## Call CompiledFxGraph")
+WRAPPER = re.compile(r"^(Torch-Compiled Region|TorchDynamo Cache Lookup"
+                     r"|(autograd::engine::evaluate_function: )?CompiledFunction(Backward)?$)")
+# Priority of the sweep (0 first): kept, generated code, wrappers, other work, the CPU window (no event open).
+_KEPT, _GENERATED, _WRAPPER, _WORK, _WINDOW = range(5)
 
 
 def issuing_threads(ev: pd.DataFrame, gidx: np.ndarray, main_tid: int | None) -> np.ndarray:
@@ -61,8 +95,80 @@ def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame) -> np.ndarray:
     return tl.exclusive_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[1]
 
 
+def _holding(ev: pd.DataFrame, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Of ``rows``, those that hold one of the ``inner`` rows on their thread (it starts inside them)."""
+    if not len(rows) or not len(inner):
+        return np.zeros(len(rows), bool)
+    ts, tid = ev["ts"].to_numpy(), ev["tid"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    out = np.zeros(len(rows), bool)
+    for t in np.unique(tid[rows]):
+        t_in = np.sort(ts[inner[tid[inner] == t]])
+        mine = tid[rows] == t
+        r = rows[mine]
+        out[mine] = np.searchsorted(t_in, end[r], "right") > np.searchsorted(t_in, ts[r], "left")
+    return out
+
+
+def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint intervals (us) of the steps' CPU windows that a graph of the model's forward and backward
+    takes off the CPU (the module docstring: kept work, compiled code, wrappers, eager work, the gaps)."""
+    ev = rank.events
+    cs, ce = table["cpu_start_us"].to_numpy(float), table["cpu_end_us"].to_numpy(float)
+    if not len(ev) or not len(cs):
+        return np.empty(0), np.empty(0)
+    kind = ev["kind"].to_numpy()
+    mine = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
+    ts = ev["ts"].to_numpy(float)
+    end = ts + ev["dur"].to_numpy(float)
+    span = kind <= int(Kind.USER_ANNOTATION)
+    runtime = runtime_mask(ev)
+    work = mine & (span | runtime) & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
+    graph = runtime & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s)))
+    generated = np.flatnonzero(work & span & name_mask(ev, lambda s: bool(GENERATED.match(s))))
+    replays = _holding(ev, generated, np.flatnonzero(graph))
+    sync = np.zeros(len(ev), bool)
+    sync[sync_call_rows(ev, steps.gpu_index)] = True
+    kept = work & (sync | graph | (span & name_mask(ev, lambda s: bool(KEPT.match(s) or COMM_OP.match(s)))))
+    kept[generated[replays]] = True
+    cat = np.full(len(ev), _WORK)
+    cat[generated[~replays]] = _GENERATED
+    cat[work & span & name_mask(ev, lambda s: bool(WRAPPER.match(s)))] = _WRAPPER
+    cat[kept] = _KEPT
+    rows = np.flatnonzero(work)
+    return _capturable(ts[rows], end[rows], cat[rows], cs, ce)
+
+
+def _capturable(s: np.ndarray, e: np.ndarray, cat: np.ndarray, cs: np.ndarray, ce: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The capturable intervals from the events' intervals and sweep categories, within the CPU windows."""
+    if not len(s):
+        return np.empty(0), np.empty(0)
+    # The CPU windows join the sweep last: on top only where no event is open (a gap inside a step).
+    tl = build_timeline(np.concatenate([s, cs]), np.concatenate([e, ce]),
+                        np.concatenate([cat, np.full(len(cs), _WINDOW)]), _WINDOW + 1)
+    t = tl.t
+    top = np.full(len(t) - 1, -1)  # the category on top in each elementary segment [t[i], t[i+1]), -1: none
+    inc = np.diff(tl.exclusive, axis=1) > 0
+    for c in range(_WINDOW, -1, -1):
+        top[inc[c]] = c
+    inside = np.diff(tl.union[_WINDOW]) > 0
+    seg = np.diff(t) > 0
+    t0, t1, top, inside = t[:-1][seg], t[1:][seg], top[seg], inside[seg]
+    cap = ((top == _GENERATED) | (top == _WORK)) & inside
+    # A gap (no event open inside a step) is the model's own Python where the segments on both sides are
+    # capturable; a gap at a step's edge has the outside of the windows on one side, so it is kept.
+    prev_cap = np.concatenate([[False], cap[:-1]])
+    next_cap = np.concatenate([cap[1:], [False]])
+    cap = cap | ((top == _WINDOW) & prev_cap & next_cap)
+    return t0[cap], t1[cap]
+
+
 def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
-    """``cpu_issue_us`` for every step (GPU and CPU-only traces alike)."""
+    """``cpu_issue_us`` and ``cpu_capturable_us`` for every step (GPU and CPU-only traces alike)."""
     if not len(table):
         return RankPart()
-    return RankPart(columns={"cpu_issue_us": cpu_issue_us(rank, steps, table)})
+    a, b = capturable_intervals(rank, steps, table)
+    tl = build_timeline(a, b, np.zeros(len(a), int), 1)
+    captured = tl.union_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[0]
+    return RankPart(columns={"cpu_issue_us": cpu_issue_us(rank, steps, table), "cpu_capturable_us": captured})

@@ -45,6 +45,9 @@ class Claim:
     adds_cpu: Callable | None = None  # (steps, config) -> CPU us per step the fix adds, off the room a faster GPU has
     fixes_loader: bool = False  # the fix is the DataLoader's own: not bounded by it; GPU savings may wait for it
     symptom: bool = False  # claims what the causes left, and lists which causes explained it (``explained_by``)
+    # GPU-basis pool time the finding explains beyond its claim: taken off the pool after the claim, unclaimed, so a
+    # symptom does not claim it again (idle its fix does not remove, which no other finding's fix removes either)
+    explains: Take | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 (CPU-only traces: the training thread's ``dataloader``, ``comm``, ``optimizer``, ``forward``, ``backward``,
 ``other``.) Findings claim from their pools in the order their rules declare (``_rule.Claim``: what each takes,
 per basis), each taking at most what is left, so a symptom (``Claim.symptom``, last) gets only the idle time no
-cause explained. The accounting never asks which rule it holds. Work the GPU does faster after a fix saves only
+cause explained; a finding may explain more of a pool than its fix removes (``Claim.explains``: launch
+overhead its fix leaves on the CPU), and that rest is taken off the pool unclaimed, so no symptom claims it again.
+The accounting never asks which rule it holds. Work the GPU does faster after a fix saves only
 where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
 part of the step the CPU does not need for its own work (``cpu_floor = cpu_issue_us``, the issuing threads' ops
 and runtime calls outside syncs and DataLoader waits: ``bounds.cpu_floor``),
@@ -143,6 +145,12 @@ def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config) -> tuple[n
         if pool in IDLE_POOLS:
             idle += float(take.mean())
         spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+    if rule.claim.explains is not None and ra.basis == "gpu":  # explained, not claimed: no symptom claims it
+        for pool, want in rule.claim.explains.demands(f, ra, s, config, 0.0):
+            if pool in pools and pool in IDLE_POOLS:
+                gone = np.minimum(np.clip(np.nan_to_num(want) - got, 0.0, None), pools[pool])
+                pools[pool] = pools[pool] - gone
+                idle += float(gone.mean())
     if rule.claim.fixes_loader and got.sum() > 0:
         pools[LOADER_FIXED] = True
     # below a nanosecond: rounding of the pools, not a claim

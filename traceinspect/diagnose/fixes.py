@@ -60,11 +60,12 @@ def launch_fix(setup, default: str) -> str:
     elif _compiled(setup):
         lines.append('model = torch.compile(model, mode="reduce-overhead")   # already compiled: add CUDA graphs')
     else:
-        lines.append('model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs')
+        lines.append('model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed')
     if not _graphs(setup):
         lines.append("# a larger batch per step: more work per kernel (scale the learning rate)")
     opt = fused_optimizer_line(setup)
-    if opt:
+    if opt:  # its own fix: launch-bound's claim leaves the optimizer out (optimizer-not-fused claims it)
+        lines.append("# the graphs leave the optimizer step on the CPU: fuse it too")
         lines.append(opt)
     return "\n".join(lines)
 

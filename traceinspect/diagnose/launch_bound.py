@@ -24,11 +24,20 @@ per step (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaLaunchKernelExC``, ``c
 nvidia-smi view of the step (share of the step with a kernel running). Where the capture timed the training
 process's threads (``process_threads``), the loop's thread's CPU time per step and how long, at least, it was off a
 CPU while it had work to issue (``cpu_issue_us`` less its CPU time), and the DataLoader pinning thread's CPU time.
-**Time at stake**: ``idle_other_us``.
+**Time at stake**: what the prescribed fix removes, ``idle_launch_capturable_us`` (docs/metrics.md): the launch
+overhead (``idle_launch_us``) during which the CPU ran work a CUDA graph of the model's forward and backward takes
+off it (``cpu_capturable_us``: the eager ops and the Python between them, or a compiled region's generated code that
+launches its kernels one by one). The fixed step keeps the rest of the CPU's work: the optimizer step (claimed by
+``optimizer-not-fused`` where that fires), ``zero_grad``, ``AccumulateGrad`` per parameter, ``loss.item()`` and
+syncs, the DataLoader, collectives, the Python between the regions; the GPU idle while those run is explained by this
+finding (``kept_idle_us_per_step``) and claimed by none. In a trace that replays no graph the claim is an upper bound
+(``claim_note``): what a replay itself costs the CPU (its input copies and checks, its launch, the compiled wrappers
+around it) is not in the trace. Step tables without the column (made before it existed) claim ``idle_other_us``.
 
-**Fix**: fewer, larger kernels per unit of work::
+**Fix**: fewer, larger kernels per unit of work, fitted to the run (diagnose/fixes.py): an eager model is
+compiled with CUDA graphs, a compiled one gets them added, a graph-replaying one is told what is left::
 
-    model = torch.compile(model)                       # fuses elementwise ops; mode="reduce-overhead" adds CUDA graphs
+    model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed
     loader = DataLoader(dataset, batch_size=4 * bs)    # more work per kernel (scale the learning rate)
     opt = torch.optim.AdamW(params, fused=True)        # one kernel for all parameters
 
@@ -47,9 +56,12 @@ from ._util import first_window, mean, step_ids, thread_cpu_per_step
 from .takes import Column
 
 FIX = (
-    'model = torch.compile(model)   # or mode="reduce-overhead" for CUDA graphs\n'
+    'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed\n'
     "# larger batch per step; torch.optim.AdamW(params, fused=True)"
 )
+# Why a claim on a trace that replays no graph is at most what the fix saves.
+UPPER_BOUND = ("an upper bound: what a graph replay itself costs the CPU (its input copies and checks, its launch, the "
+               "compiled wrappers around it) is not in a trace that replays nothing")
 U = msgspec.UNSET
 
 
@@ -69,6 +81,11 @@ class RankEvidence(RankHit, kw_only=True):
     cpu_issue_us: float  # the step's CPU time less data waits and blocked syncs
     idle_other_us_per_step: float
     idle_other_share: float
+    # the claim's basis (analyze/issue.py, analyze/idle.py); None where the step table has no such column
+    capturable_cpu_us_per_step: float | None = None  # CPU time a CUDA graph of the model takes off the CPU
+    idle_launch_us_per_step: float | None = None  # launch overhead, all of it
+    idle_launch_capturable_us_per_step: float | None = None  # ... of it while that capturable work ran: the claim
+    kept_idle_us_per_step: float | None = None  # ... the rest, while work a graph leaves on the CPU ran
     smi_util: float | None
     # where the capture timed the process's threads (process_threads)
     loop_thread_cpu_us_per_step: float | msgspec.UnsetType = U
@@ -80,6 +97,7 @@ class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
     threshold_idle_share: float
     min_kernels_per_step: int
+    claim_note: str | None = None  # where the claim is an upper bound of what the fix saves, why
 
 
 def _rank(ra, config, report):
@@ -138,6 +156,11 @@ def _rank(ra, config, report):
         idle_other_us_per_step=mean(sel["idle_other_us"]),
         idle_other_share=mean(share[mask]),
         smi_util=opt("smi_util"),
+        capturable_cpu_us_per_step=opt("cpu_capturable_us"),
+        idle_launch_us_per_step=opt("idle_launch_us"),
+        idle_launch_capturable_us_per_step=opt("idle_launch_capturable_us"),
+        kept_idle_us_per_step=(opt("idle_launch_us") - opt("idle_launch_capturable_us")
+                               if "idle_launch_us" in sel and "idle_launch_capturable_us" in sel else None),
         **extra,
     ), mean(n_launch[mask])
 
@@ -150,8 +173,15 @@ def _summary(hits, w, report, config):
              + f", median {e.gpu_us_per_launch_median:.1f} us on the GPU vs {e.cpu_us_per_launch:.1f} us of CPU "
              "per launch")
     ev = Evidence(per_rank=[h.ev for h in hits], threshold_idle_share=config.launch_bound_idle_share,
-                  min_kernels_per_step=config.launch_bound_min_kernels)
-    return ev, title, float(np.mean([h.ev.idle_other_us_per_step for h in hits]))
+                  min_kernels_per_step=config.launch_bound_min_kernels,
+                  claim_note=None if graph else UPPER_BOUND)
+    return ev, title, float(np.mean([_claimed(h.ev) for h in hits]))
+
+
+def _claimed(e: RankEvidence) -> float:
+    """The rank's claim before the accounting: the capturable launch overhead, or (older tables) all of it."""
+    c = e.idle_launch_capturable_us_per_step
+    return e.idle_other_us_per_step if c is None else c
 
 
 # The loop's thread off a CPU for this share of the time it had work to issue is contention, not launch cost.
@@ -183,7 +213,8 @@ RULE = Rule(
         steps=("step", "wall_us"),
         gpu_steps=("idle_other_us", "kernel_count", "median_kernel_us", "cpu_step_us"),
     ),
-    claim=Claim(order=120, gpu=Column("launch", "idle_other_us"), cpu=None),
+    claim=Claim(order=120, gpu=Column("launch", "idle_launch_capturable_us", fallback="idle_other_us"), cpu=None,
+                explains=Column("launch", "idle_other_us")),
     label="launch overhead",
     thresholds=("launch_bound_idle_share", "launch_bound_min_kernels"),
     evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.idle_other_share),

@@ -22,6 +22,8 @@ def _claim_notes(claim) -> str:
     if claim.fixes_loader:
         notes.append("the DataLoader's own fix: not bounded by the loader; GPU-side savings in the steps the loader "
                      "paced count `after` it")
+    if claim.explains is not None:
+        notes.append(f"explains, unclaimed, the rest of {claim.explains.describe()} (no symptom claims it)")
     if claim.symptom:
         notes.append("a symptom: claims last, only what no cause explained, and lists the causes (`explained_by`)")
     return "; ".join(notes)

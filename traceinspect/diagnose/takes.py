@@ -23,9 +23,10 @@ class Column:
     pool: str
     column: str
     scale: float = 1.0
+    fallback: str | None = None  # the column read where a step table lacks ``column`` (made before it existed)
 
     def demands(self, f, ra, s, config, estimate: float) -> list:
-        v = col(s, self.column)
+        v = col(s, self.column if self.column in s or self.fallback is None else self.fallback)
         return [(self.pool, v * self.scale if self.scale != 1.0 else v)]
 
     def describe(self) -> str:

@@ -216,13 +216,17 @@ def finding_meta(f: dict) -> str:
 
 
 def finding_notes(f: dict) -> list[str]:
-    """Why the finding has its severity, and the idle time another finding claims instead."""
+    """Why the finding has its severity, the idle time another finding explains instead, and where the claim is
+    an upper bound (its evidence's ``claim_note``)."""
     out = []
     if f.get("severity_reason"):
         out.append(f"{f['severity']}: {safe.words(f['severity_reason'], safe.VALUE_WIDTH)}")
     if f.get("explained_by"):
         why = ", ".join(f"{e['id']} {fmt.ms(e['us'])}" for e in f["explained_by"])
-        out.append(f"idle explained by: {why} (claimed there, not here)")
+        out.append(f"idle explained by: {why} (explained there, not claimed here)")
+    note = (f.get("evidence") or {}).get("claim_note")
+    if isinstance(note, str) and note:
+        out.append(f"claim: {safe.words(note, safe.VALUE_WIDTH)}")
     af = f.get("after_loader_fix")
     if isinstance(af, dict) and af.get("us"):
         out.append(f"another {fmt.ms(af['us'])} per step once the DataLoader keeps up ({af.get('id')}): in steps "
