@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
-from .events import LOADER_FETCH, name_mask
+from .events import LOADER_FETCH, name_mask, unique_ints
 from .intervals import build_timeline
 from .links import launch_calls
 from ..load.trace import Kind, RankTrace
@@ -104,7 +104,7 @@ def first_use_launches(ev: pd.DataFrame, calls: pd.DataFrame | None = None) -> n
     """Rows of launch calls that took ``FIRST_USE_FACTOR`` times the rank's median launch call (and at least
     ``FIRST_USE_MIN_US``)."""
     calls = launch_calls(ev) if calls is None else calls
-    rows = np.unique(calls["rt"].to_numpy()) if len(calls) else np.empty(0, np.int64)
+    rows = unique_ints(calls["rt"].to_numpy()) if len(calls) else np.empty(0, np.int64)
     rows = rows[~np.isin(rows, sync_call_rows(ev, np.empty(0, np.int64)))]  # a synchronous copy is a sync
     if not len(rows):
         return rows
