@@ -24,6 +24,7 @@ class Timeline:
         self.t = t
         self._seg, self._active, self._any, self._top = seg, active, any_active, top
         self._ncat = ncat
+        self._finite = bool(np.isfinite(seg).all())
 
     @property
     def ncat(self) -> int:
@@ -31,8 +32,11 @@ class Timeline:
 
     def _cum(self, on: np.ndarray) -> np.ndarray:
         out = np.zeros(len(self.t))
-        if len(self.t):
-            out[1:] = np.cumsum(np.where(on, self._seg, 0.0))
+        if len(self.t) > 1:
+            if self._finite:  # a finite length times 1 or 0 is the length or 0.0, exactly as np.where picks them
+                np.cumsum(np.multiply(self._seg, on), out=out[1:])
+            else:
+                np.cumsum(np.where(on, self._seg, 0.0), out=out[1:])
         return out
 
     @cached_property
@@ -105,12 +109,17 @@ def build_timeline(starts: np.ndarray, ends: np.ndarray, cats: np.ndarray, ncat:
         top = np.where(any_active, 0, -1)
     else:
         cat2 = np.concatenate([cats, cats])[order]
-        # Active count per category after each boundary.
-        active = np.zeros((ncat, 2 * n - 1), bool)
+        # Active count per category after each boundary (counted in place: +1 / -1 where the category is c).
+        active = np.empty((ncat, 2 * n - 1), bool)
+        count = np.empty(2 * n, np.int32)
         for c in range(ncat):
-            active[c] = np.cumsum(np.where(cat2 == c, delta, 0))[:-1] > 0
+            np.multiply(delta, cat2 == c, out=count)
+            np.cumsum(count, out=count)
+            np.greater(count[:-1], 0, out=active[c])
         any_active = active.any(axis=0)
-        top = np.where(any_active, np.argmax(active, axis=0), -1)
+        top = np.full(2 * n - 1, -1, np.int64)  # the highest-priority (lowest) active category, -1 for none
+        for c in range(ncat - 1, -1, -1):
+            top[active[c]] = c
     return Timeline(t, seg, active, any_active, top, ncat)
 
 
