@@ -32,7 +32,7 @@ def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     cats = ev["name"].cat.categories
     hit = np.array([bool(pred(str(c))) for c in cats] + [False])
-    return hit[ev["name"].cat.codes.to_numpy()]
+    return hit.take(ev["name"].cat.codes.to_numpy())  # code -1 takes the trailing False
 
 
 def unique_ints(values: np.ndarray) -> np.ndarray:
