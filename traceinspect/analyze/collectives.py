@@ -36,7 +36,7 @@ from .comm_exposure import exposed_per_collective, with_exposure
 from .comm_steps import _total_columns, kind_table, step_columns  # noqa: F401
 from .events import step_at
 from .fsdp_reduce import reduction_table
-from .links import launch_calls
+from .links import launch_calls, launch_rows
 from .nesting import _enclosing, _frame, _nested
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
@@ -166,9 +166,11 @@ def _launch_kernel_map(ev: pd.DataFrame):
         return np.empty(0, np.int64), np.empty(0, np.int64), k
     kd = pd.DataFrame({"window": ev["window"].to_numpy()[k], "corr": ev["corr"].to_numpy()[k], "krow": k})
     kd = kd[kd["corr"] >= 0].drop_duplicates(["window", "corr"])
-    rd = launch_calls(ev).rename(columns={"rt": "lrow"})
-    m = rd.merge(kd, on=["window", "corr"], how="inner")
-    return m["lrow"].to_numpy(), m["krow"].to_numpy(), k
+    lrow = launch_rows(launch_calls(ev), kd["window"].to_numpy(), kd["corr"].to_numpy())
+    found = lrow >= 0
+    lrow, krow = lrow[found], kd["krow"].to_numpy()[found]
+    order = np.argsort(lrow, kind="stable")  # in the calls' order, as joining the calls to the kernels gives them
+    return lrow[order], krow[order], k
 
 
 def _claim_kernels(ev: pd.DataFrame, issues: pd.DataFrame, recs: list[dict], lrows: np.ndarray,

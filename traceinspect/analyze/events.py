@@ -32,7 +32,19 @@ def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     cats = ev["name"].cat.categories
     hit = np.array([bool(pred(str(c))) for c in cats] + [False])
-    return hit[ev["name"].cat.codes.to_numpy()]
+    return hit.take(ev["name"].cat.codes.to_numpy())  # code -1 takes the trailing False
+
+
+def unique_ints(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array, as ``np.unique`` gives them, by sorting: numpy's own
+    (hash-based) unique takes ~2 us an element where most values are distinct, sorting ~50 ns."""
+    s = np.sort(values)
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def starts_in(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 
 from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
-from .events import LOADER_FETCH, name_mask
+from .events import LOADER_FETCH, name_mask, unique_ints
 from .intervals import build_timeline
 from .issue import capturable_intervals
-from .links import launch_calls
+from .links import launch_calls, launch_rows
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 
@@ -101,13 +101,14 @@ def _step_work(ev: pd.DataFrame, steps, start: np.ndarray, end: np.ndarray, tabl
 def _queued(ev: pd.DataFrame, gidx: np.ndarray, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per GPU activity with a launch call: [call end + ISSUE_LATENCY_US, activity start), where not empty."""
     win, corr, ts, dur = (ev[c].to_numpy() for c in ("window", "corr", "ts", "dur"))
-    g = pd.DataFrame({"window": win[gidx], "corr": corr[gidx], "start": ts[gidx]})
-    g = g[g["corr"] >= 0].merge(calls, on=["window", "corr"], how="inner")
-    if not len(g):
+    g = gidx[corr[gidx] >= 0]
+    rt = launch_rows(calls, win[g], corr[g])
+    linked = rt >= 0
+    if not linked.any():
         return np.empty(0), np.empty(0)
-    rt = g["rt"].to_numpy()
+    rt = rt[linked]
     a = ts[rt] + dur[rt] + ISSUE_LATENCY_US
-    b = g["start"].to_numpy()
+    b = ts[g[linked]]
     ok = b > a
     return a[ok], b[ok]
 
@@ -116,7 +117,7 @@ def first_use_launches(ev: pd.DataFrame, calls: pd.DataFrame | None = None) -> n
     """Rows of launch calls that took ``FIRST_USE_FACTOR`` times the rank's median launch call (and at least
     ``FIRST_USE_MIN_US``)."""
     calls = launch_calls(ev) if calls is None else calls
-    rows = np.unique(calls["rt"].to_numpy()) if len(calls) else np.empty(0, np.int64)
+    rows = unique_ints(calls["rt"].to_numpy()) if len(calls) else np.empty(0, np.int64)
     rows = rows[~np.isin(rows, sync_call_rows(ev, np.empty(0, np.int64)))]  # a synchronous copy is a sync
     if not len(rows):
         return rows

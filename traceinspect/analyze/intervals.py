@@ -8,21 +8,61 @@ category on its own (union). One sweep serves every step of a rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 
-@dataclass(frozen=True)
 class Timeline:
-    t: np.ndarray  # boundary times, sorted
-    exclusive: np.ndarray  # (ncat, len(t)) cumulative exclusive time per category
-    union: np.ndarray  # (ncat, len(t)) cumulative time each category is active at all
-    busy: np.ndarray  # (len(t),) cumulative time any category is active
+    """The sweep of a set of intervals: boundary times ``t`` (sorted) and, per segment [t[i], t[i+1]), which
+    categories are active and which one is on top. The cumulative functions (each an ``(ncat, len(t))`` array, or
+    ``(len(t),)`` for ``busy``) are summed from these the first time they are asked for, so a caller that reads
+    only the union, or only the exclusive time, pays for that one."""
+
+    def __init__(self, t: np.ndarray, seg: np.ndarray, active: np.ndarray, any_active: np.ndarray,
+                 top: np.ndarray, ncat: int):
+        self.t = t
+        self._seg, self._active, self._any, self._top = seg, active, any_active, top
+        self._ncat = ncat
+        self._finite = bool(np.isfinite(seg).all())
 
     @property
     def ncat(self) -> int:
-        return self.exclusive.shape[0]
+        return self._ncat
+
+    def _cum(self, on: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(self.t))
+        if len(self.t) > 1:
+            if self._finite:  # a finite length times 1 or 0 is the length or 0.0, exactly as np.where picks them
+                np.cumsum(np.multiply(self._seg, on), out=out[1:])
+            else:
+                np.cumsum(np.where(on, self._seg, 0.0), out=out[1:])
+        return out
+
+    @cached_property
+    def busy(self) -> np.ndarray:
+        """Cumulative time any category is active."""
+        return self._cum(self._any)
+
+    @cached_property
+    def exclusive(self) -> np.ndarray:
+        """Cumulative exclusive time per category (the highest-priority active one)."""
+        if self._ncat == 1:  # with one category, on top exactly where anything is active
+            return self.busy[None, :]
+        out = np.zeros((self._ncat, len(self.t)))
+        for c in range(self._ncat):
+            out[c] = self._cum(self._top == c)
+        return out
+
+    @cached_property
+    def union(self) -> np.ndarray:
+        """Cumulative time each category is active at all."""
+        if self._ncat == 1:
+            return self.busy[None, :]
+        out = np.zeros((self._ncat, len(self.t)))
+        for c in range(self._ncat):
+            out[c] = self._cum(self._active[c])
+        return out
 
     def _at(self, cum: np.ndarray, x) -> np.ndarray:
         if len(self.t) == 0:
@@ -33,12 +73,14 @@ class Timeline:
         """Exclusive time per category in windows [a, b] (arrays of windows allowed): shape (ncat, nwin)."""
         a = np.atleast_1d(np.asarray(a, float))
         b = np.atleast_1d(np.asarray(b, float))
-        return np.stack([self._at(self.exclusive[c], b) - self._at(self.exclusive[c], a) for c in range(self.ncat)])
+        cum = self.exclusive
+        return np.stack([self._at(cum[c], b) - self._at(cum[c], a) for c in range(self.ncat)])
 
     def union_in(self, a, b) -> np.ndarray:
         a = np.atleast_1d(np.asarray(a, float))
         b = np.atleast_1d(np.asarray(b, float))
-        return np.stack([self._at(self.union[c], b) - self._at(self.union[c], a) for c in range(self.ncat)])
+        cum = self.union
+        return np.stack([self._at(cum[c], b) - self._at(cum[c], a) for c in range(self.ncat)])
 
     def busy_in(self, a, b) -> np.ndarray:
         a = np.atleast_1d(np.asarray(a, float))
@@ -53,31 +95,32 @@ def build_timeline(starts: np.ndarray, ends: np.ndarray, cats: np.ndarray, ncat:
     cats = np.asarray(cats, np.int64)
     n = len(starts)
     if n == 0:
-        z = np.zeros((ncat, 0))
-        return Timeline(np.zeros(0), z, z, np.zeros(0))
+        empty = np.zeros((ncat, 0), bool)
+        return Timeline(np.zeros(0), np.zeros(0), empty, np.zeros(0, bool), np.zeros(0, np.int64), ncat)
     t = np.concatenate([starts, ends])
     delta = np.concatenate([np.ones(n, np.int32), -np.ones(n, np.int32)])
-    cat2 = np.concatenate([cats, cats])
     order = np.argsort(t, kind="stable")
     t = t[order]
     delta = delta[order]
-    cat2 = cat2[order]
-    # Active count per category after each boundary.
-    counts = np.zeros((ncat, 2 * n), np.int32)
-    for c in range(ncat):
-        counts[c] = np.cumsum(np.where(cat2 == c, delta, 0))
-    seg = np.diff(t)  # segment i = [t[i], t[i+1]), state = counts[:, i]
-    active = counts[:, :-1] > 0
-    any_active = active.any(axis=0)
-    top = np.where(any_active, np.argmax(active, axis=0), -1)
-    exclusive = np.zeros((ncat, 2 * n))
-    union = np.zeros((ncat, 2 * n))
-    for c in range(ncat):
-        exclusive[c, 1:] = np.cumsum(np.where(top == c, seg, 0.0))
-        union[c, 1:] = np.cumsum(np.where(active[c], seg, 0.0))
-    busy = np.zeros(2 * n)
-    busy[1:] = np.cumsum(np.where(any_active, seg, 0.0))
-    return Timeline(t, exclusive, union, busy)
+    seg = np.diff(t)  # segment i = [t[i], t[i+1]), state = the active counts after boundary i
+    if ncat == 1 and not cats.any():  # one category: the count is of every interval
+        active = (np.cumsum(delta)[:-1] > 0)[None, :]
+        any_active = active[0]
+        top = np.where(any_active, 0, -1)
+    else:
+        cat2 = np.concatenate([cats, cats])[order]
+        # Active count per category after each boundary (counted in place: +1 / -1 where the category is c).
+        active = np.empty((ncat, 2 * n - 1), bool)
+        count = np.empty(2 * n, np.int32)
+        for c in range(ncat):
+            np.multiply(delta, cat2 == c, out=count)
+            np.cumsum(count, out=count)
+            np.greater(count[:-1], 0, out=active[c])
+        any_active = active.any(axis=0)
+        top = np.full(2 * n - 1, -1, np.int64)  # the highest-priority (lowest) active category, -1 for none
+        for c in range(ncat - 1, -1, -1):
+            top[active[c]] = c
+    return Timeline(t, seg, active, any_active, top, ncat)
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray, a: float, b: float) -> float:

@@ -116,7 +116,12 @@ def launching_ops(ev: pd.DataFrame, gpu_rows: np.ndarray) -> np.ndarray:
 
 def _launch_call_of(ev: pd.DataFrame, win: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """For (window, correlation) pairs: the row of the runtime call that launched that GPU work, or -1."""
-    calls = launch_calls(ev)
+    return launch_rows(launch_calls(ev), win, corr)
+
+
+def launch_rows(calls: pd.DataFrame, win: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For (window, correlation) pairs: the row of the launch call among ``calls`` (``launch_calls``: one per
+    pair) with that window and correlation, or -1; an inner join on the calls, without a merge."""
     cw, cc, crt = (calls[c].to_numpy() for c in ("window", "corr", "rt"))
     keys = pair_keys([(cw, cc), (win, corr)])
     if keys is None:  # ids too large for one integer key: join on both columns

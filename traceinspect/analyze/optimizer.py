@@ -25,7 +25,7 @@ import pandas as pd
 
 from .attribution import name_strings
 from .events import step_at
-from .links import launch_calls
+from .links import launch_calls, launch_rows
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 
@@ -83,14 +83,13 @@ def kernels_inside(ev: pd.DataFrame, spans: np.ndarray) -> tuple[np.ndarray, np.
         return cnt, gpu, multi
     cats = ev["name"].cat.categories
     mlut = np.array([bool(_MULTI_TENSOR.search(str(c))) for c in cats] + [False])
-    gdf = pd.DataFrame({"window": win[g], "corr": corr[g], "gdur": dur[g],
-                        "multi": mlut[ev["name"].cat.codes.to_numpy()[g]]}).merge(launch_calls(ev),
-                                                                                   on=["window", "corr"])
-    if not len(gdf):
+    rt = launch_rows(launch_calls(ev), win[g], corr[g])
+    linked = rt >= 0
+    if not linked.any():
         return cnt, gpu, multi
-    r = gdf["rt"].to_numpy()
-    launch = pd.DataFrame({"t": tid[r], "w": win[r], "x": ts[r], "gdur": gdf["gdur"].to_numpy(),
-                           "multi": gdf["multi"].to_numpy()})
+    r, g = rt[linked], g[linked]
+    launch = pd.DataFrame({"t": tid[r], "w": win[r], "x": ts[r], "gdur": dur[g],
+                           "multi": mlut[ev["name"].cat.codes.to_numpy()[g]]})
     for (w, t), grp in launch.groupby(["w", "t"], sort=False):
         mine = np.flatnonzero((win[spans] == w) & (tid[spans] == t))
         if not len(mine):

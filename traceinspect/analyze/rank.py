@@ -18,7 +18,7 @@ from .attribution import (GPU_CATEGORIES, attribute, gpu_category_codes, name_ma
                           sync_call_rows)
 from ..config import Config, DEFAULT
 from .events import step_at
-from .links import enclosing_ops, launch_calls
+from .links import enclosing_ops, launch_calls, launch_rows
 from .steps import find_steps
 from .timeline import step_timeline
 from ..load.trace import Kind, RankTrace, Trace
@@ -198,13 +198,11 @@ def pageable_copies(rank: RankTrace, steps) -> pd.DataFrame:
             "corr": ev["corr"].to_numpy()[rows],
         }
     )
-    calls = launch_calls(ev).rename(columns={"rt": "row"})
-    calls["runtime_us"] = ev["dur"].to_numpy()[calls["row"].to_numpy()]
-    copies = copies.merge(calls, on=["window", "corr"], how="left")
-    has = copies["row"].notna().to_numpy()
+    row = launch_rows(launch_calls(ev), copies["window"].to_numpy(), copies["corr"].to_numpy())
+    has = row >= 0
+    copies["runtime_us"] = np.where(has, ev["dur"].to_numpy()[np.maximum(row, 0)], 0.0)
     copies["op"] = None
-    copies.loc[has, "op"] = issuing_ops(ev, copies.loc[has, "row"].to_numpy().astype(np.int64))
-    copies["runtime_us"] = copies["runtime_us"].fillna(0.0)
+    copies.loc[has, "op"] = issuing_ops(ev, row[has])
     return copies[cols]
 
 

@@ -157,11 +157,13 @@ def _name_counts(ev: pd.DataFrame) -> pd.DataFrame:
     if not len(ev):
         return pd.DataFrame({"name": pd.Series(dtype=object), "kind": pd.Series(dtype=np.int64),
                              "count": pd.Series(dtype=np.int64)})
-    g = pd.DataFrame({"name": ev["name"].cat.codes.to_numpy(), "kind": ev["kind"].to_numpy()})
-    c = g.groupby(["name", "kind"], sort=False).size().rename("count").reset_index()
+    codes, kind = ev["name"].cat.codes.to_numpy(), ev["kind"].to_numpy()
+    # (name, kind) as one integer, numbered in order of first appearance (what a groupby without sorting gives)
+    pair, first = pd.factorize((codes.astype(np.int64) + 1) * 256 + kind)
+    count = np.bincount(pair, minlength=len(first)).astype(np.int64)
     cats = ev["name"].cat.categories
-    c["name"] = [str(cats[i]) if i >= 0 else "" for i in c["name"].to_numpy()]
-    return c
+    names = [str(cats[i]) if i >= 0 else "" for i in (first // 256 - 1).tolist()]
+    return pd.DataFrame({"name": names, "kind": (first % 256).astype(kind.dtype), "count": count})
 
 
 def _count(counts: pd.DataFrame, pattern: re.Pattern, kinds: tuple[Kind, ...] | None = None,

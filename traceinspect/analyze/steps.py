@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .events import LOADER_FETCH, linked_runtime_rows, name_mask, step_at
+from .events import LOADER_FETCH, linked_runtime_rows, name_mask, pair_keys, step_at
 from ..load.trace import Kind, RankTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -227,6 +227,17 @@ def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> tu
     k = step_at(cs[order], ce[order], rts, ev["window"].to_numpy()[rt], steps["window"].to_numpy()[order])
     kk = order[np.clip(k, 0, None)]
     in_step = k >= 0
+    win, corr = ev["window"].to_numpy(), ev["corr"].to_numpy()
+    keys = pair_keys([(win[rt], corr[rt]), (win[gidx], corr[gidx])])
+    if keys is not None:  # one integer per (window, correlation): lookups instead of merges
+        call_keys, gpu_keys = keys
+        for sel, value, into in ((in_step, kk, out), (None, rts, lts)):
+            ck = call_keys if sel is None else call_keys[sel]
+            first = ~pd.Index(ck).duplicated()  # the first call of each pair, as dropping duplicates keeps
+            at = pd.Index(ck[first]).get_indexer(gpu_keys)
+            found = at >= 0
+            into[found] = (value if sel is None else value[sel])[first][at[found]]
+        return out, lts
     launch = pd.DataFrame(
         {"window": ev["window"].to_numpy()[rt][in_step], "corr": ev["corr"].to_numpy()[rt][in_step], "step": kk[in_step]}
     ).drop_duplicates(["window", "corr"])
