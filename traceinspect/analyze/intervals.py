@@ -34,26 +34,28 @@ class Timeline:
     # The cumulative functions, each (ncat, len(t)) or (len(t),): what a query interpolates.
     @property
     def exclusive(self) -> np.ndarray:
-        seg = np.diff(self.t)
-        return np.stack([self._cum(seg, self.top == c) for c in range(self.ncat)]) if self.ncat else \
+        return np.stack([self._cum(self.top == c) for c in range(self.ncat)]) if self.ncat else \
             np.zeros((0, len(self.t)))
 
     @property
     def union(self) -> np.ndarray:
-        seg = np.diff(self.t)
-        return np.stack([self._cum(seg, self.active[c]) for c in range(self.ncat)]) if self.ncat else \
+        return np.stack([self._cum(self.active[c]) for c in range(self.ncat)]) if self.ncat else \
             np.zeros((0, len(self.t)))
 
     @property
     def busy(self) -> np.ndarray:
-        return self._cum(np.diff(self.t), self.top >= 0)
+        return self._cum(self.top >= 0)
 
-    def _cum(self, seg: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Cumulative time of the segments in ``mask``: 0 at ``t[0]``, then the running sum of their lengths."""
+    def _cum(self, mask: np.ndarray) -> np.ndarray:
+        """Cumulative time of the segments in ``mask``: 0 at ``t[0]``, then the running sum of their lengths (made
+        in one array: the segments' lengths, zero outside ``mask``, summed in place)."""
         cum = np.empty(len(self.t))
         if len(cum):
             cum[0] = 0.0
-            np.cumsum(np.where(mask, seg, 0.0), out=cum[1:])
+            run = cum[1:]
+            np.subtract(self.t[1:], self.t[:-1], out=run)  # np.diff(t)
+            np.copyto(run, 0.0, where=~mask)
+            np.cumsum(run, out=run)
         return cum
 
     def _at(self, cum: np.ndarray, x) -> np.ndarray:
@@ -65,12 +67,9 @@ class Timeline:
         """Per mask (an iterable of segment masks, made one at a time): its time in the windows [a, b]."""
         a = np.atleast_1d(np.asarray(a, float))
         b = np.atleast_1d(np.asarray(b, float))
-        if len(self.t) == 0:
-            return np.stack([np.zeros(np.shape(b)) - np.zeros(np.shape(a)) for _ in masks])
-        seg = np.diff(self.t)
         out = []
         for mask in masks:
-            cum = self._cum(seg, mask)
+            cum = self._cum(mask)
             out.append(self._at(cum, b) - self._at(cum, a))
             del cum
         return np.stack(out)
