@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Config, DEFAULT
-from .events import LOADER_FETCH, name_mask, rows_sharing_corr, runtime_mask, starts_in, step_at
+from .events import LOADER_FETCH, EndTimes, name_mask, rows_sharing_corr, runtime_mask, starts_in, step_at
 from .intervals import build_timeline
 from .steps import Steps
 from ..load.trace import Kind, RankTrace
@@ -258,7 +258,7 @@ def _cpu_columns(out, rank: RankTrace, steps: Steps, gidx) -> None:
     ev = rank.events
     kind = ev["kind"].to_numpy()
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     dl = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
     sync_rows = sync_call_rows(ev, gidx)
     cs = out["cpu_start_us"].to_numpy()
@@ -301,7 +301,7 @@ def _cpu_breakdown(out, rank: RankTrace, steps: Steps) -> None:
     on_main = (tid == main) if main is not None else np.ones(len(ev), bool)
     cpu_like = on_main & (kind <= int(Kind.USER_ANNOTATION))
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     is_step = name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
     masks = {
         "dataloader": name_mask(ev, lambda s: s.startswith(LOADER_FETCH)),

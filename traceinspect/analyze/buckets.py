@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import is_comm_kernel, name_mask
-from .events import step_at
+from .events import EndTimes, step_at
 from .links import launch_calls
 from ..load.trace import Kind, RankTrace
 
@@ -42,7 +42,7 @@ def backward_passes(rank: RankTrace, steps) -> pd.DataFrame:
     if not len(b) or not len(st):
         return pd.DataFrame(columns=PASS_COLUMNS)
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     win = ev["window"].to_numpy()
     markers_ts, markers_win = _pass_markers(ev, steps.main_tid, is_bwd)
     # Step of each backward op by its start on the step CPU windows.
@@ -91,7 +91,7 @@ def _pass_markers(ev: pd.DataFrame, main, is_bwd: np.ndarray) -> tuple[np.ndarra
         return np.empty(0), np.empty(0, np.int64)
     kind = ev["kind"].to_numpy()
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     tid = ev["tid"].to_numpy()
     on_main = (tid == main) & (kind <= int(Kind.USER_ANNOTATION))
     cand = np.flatnonzero(on_main & ~name_mask(ev, lambda s: s.startswith(_NOT_MARKERS)))

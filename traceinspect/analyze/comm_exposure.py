@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import gpu_category_codes, name_mask
+from .events import EndTimes
 from ..load.trace import Kind, RankTrace
 
 COMM_PREFIXES = ("gloo:", "nccl:", "rccl:", "c10d::", "_c10d_functional::", "record_param_comms")
@@ -72,7 +73,7 @@ def _busy(rank: RankTrace, steps, basis: str) -> tuple[np.ndarray, np.ndarray]:
     collective ops (CPU), as a disjoint union."""
     ev = rank.events
     ts = ev["ts"].to_numpy(dtype=float)
-    end = ts + ev["dur"].to_numpy(dtype=float)
+    end = EndTimes(ev)
     if basis == "gpu":
         g = steps.gpu_index
         comp = g[(gpu_category_codes(ev, g) == 0) & (ev["kind"].to_numpy()[g] == int(Kind.KERNEL))]

@@ -28,6 +28,34 @@ def linked_runtime_rows(ev: pd.DataFrame) -> np.ndarray:
 LOADER_FETCH = "enumerate(DataLoader)"
 
 
+class EndTimes:
+    """``ends[rows]``: the end times (``ts + dur``, us) of the given rows of the events, computed for those rows only
+    (the same values as indexing the whole column's sum, without holding 8 bytes an event of it)."""
+
+    __slots__ = ("_ts", "_dur")
+
+    def __init__(self, ev: pd.DataFrame):
+        self._ts = ev["ts"].to_numpy()
+        self._dur = ev["dur"].to_numpy()
+
+    def __getitem__(self, rows):
+        return self._ts[rows] + self._dur[rows]
+
+    def __len__(self) -> int:
+        return len(self._ts)
+
+
+def row_bounds(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The rows' start times then their end times (``ts + dur``, us), as one float64 array of ``2 * len(rows)``:
+    the intervals ``intervals.sweep`` takes, made without a column's worth of temporaries."""
+    n = len(rows)
+    out = np.empty(2 * n)
+    np.take(ev["ts"].to_numpy(), rows, out=out[:n], mode="clip")  # rows are in range: "clip" only skips a copy
+    np.take(ev["dur"].to_numpy(), rows, out=out[n:], mode="clip")
+    np.add(out[:n], out[n:], out=out[n:])
+    return out
+
+
 def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     cats = ev["name"].cat.categories

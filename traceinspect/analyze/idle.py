@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
-from .events import LOADER_FETCH, name_mask, unique_ints
+from .events import LOADER_FETCH, EndTimes, name_mask, unique_ints
 from .intervals import build_timeline
 from .issue import capturable_intervals
 from .links import launch_calls, launch_rows
@@ -60,7 +60,7 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
         return RankPart()
     ev = rank.events
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     kind = ev["kind"].to_numpy()
     calls = launch_calls(ev)
     pend_s, pend_e = _queued(ev, gidx, calls)

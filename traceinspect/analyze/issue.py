@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from .attribution import sync_call_rows
-from .events import LOADER_FETCH, name_mask, rows_sharing_corr, runtime_mask
-from .intervals import build_timeline
+from .events import LOADER_FETCH, name_mask, row_bounds, rows_sharing_corr, runtime_mask
+from .intervals import sweep
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 from .setup import COMM_OP, GRAPH_LAUNCH
@@ -81,17 +81,20 @@ def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame) -> np.ndarray:
     ev = rank.events
     kind = ev["kind"].to_numpy()
     mine = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
-    ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
     host = (kind <= int(Kind.USER_ANNOTATION)) | runtime_mask(ev)
     work = np.flatnonzero(mine & host & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
+    del host
     fetch = name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION))
-    sync = np.zeros(len(ev), bool)
-    sync[sync_call_rows(ev, steps.gpu_index)] = True
-    waits = np.flatnonzero(mine & (fetch | sync))
+    fetch[sync_call_rows(ev, steps.gpu_index)] = True  # waits: fetches and synchronizing calls
+    waits = np.flatnonzero(mine & fetch)
+    del mine, fetch
     rows = np.concatenate([waits, work])
-    cats = np.concatenate([np.zeros(len(waits), int), np.ones(len(work), int)])
-    tl = build_timeline(ts[rows], end[rows], cats, 2)
+    cats = np.concatenate([np.zeros(len(waits), np.int8), np.ones(len(work), np.int8)])
+    del waits, work
+    bounds = row_bounds(ev, rows)  # the rows' times only, never a column's worth
+    del rows
+    tl = sweep(bounds, cats, 2)
+    del bounds, cats
     return tl.exclusive_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[1]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .comm_names import is_collective_op
-from .events import name_mask
+from .events import EndTimes, name_mask
 from .intervals import build_timeline
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
@@ -63,7 +63,7 @@ def _columns(ev: pd.DataFrame, table: pd.DataFrame, rows: np.ndarray, counted: n
     """Per step: the union of ``rows``' intervals inside the step's CPU window (us), that over ``wall_us``, and
     how many ``counted`` records start in the window."""
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     sel = np.flatnonzero(rows)
     tl = build_timeline(ts[sel], end[sel], np.zeros(len(sel), np.int64), 1)
     a, b = table["cpu_start_us"].to_numpy(float), table["cpu_end_us"].to_numpy(float)

@@ -176,11 +176,10 @@ def _ops_inside(ev: pd.DataFrame, spans: np.ndarray, cats: list[str]) -> dict:
     cpu = np.flatnonzero(kind == int(Kind.CPU_OP))
     counts = {f: np.zeros(len(spans), np.int64) for f in flags}
     span_df = pd.DataFrame({"w": win[spans], "t": tid[spans], "j": np.arange(len(spans))})
-    cpu_df = pd.DataFrame({"w": win[cpu], "t": tid[cpu], "r": cpu})
-    groups = {key: g["r"].to_numpy() for key, g in cpu_df.groupby(["w", "t"], sort=False)}
-    for key, g in span_df.groupby(["w", "t"], sort=False):
-        rows = groups.get(key)
-        if rows is None:
+    cpu_win, cpu_tid = win[cpu], tid[cpu]  # the ops of the spans' (window, thread)s only are read, in row order
+    for (w, tt), g in span_df.groupby(["w", "t"], sort=False):
+        rows = cpu[(cpu_win == w) & (cpu_tid == tt)]
+        if not len(rows):
             continue
         rows = rows[np.argsort(ts[rows], kind="stable")]
         t = ts[rows]

@@ -162,13 +162,15 @@ def cpu_op_summary(rank: RankTrace, steps) -> pd.DataFrame:
     ev = rank.events
     kind = ev["kind"].to_numpy()
     rows = np.flatnonzero(kind <= int(Kind.USER_ANNOTATION))
-    ts = ev["ts"].to_numpy()[rows]
     st = steps.table
-    k = step_at(st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), ts)
+    k = step_at(st["cpu_start"].to_numpy(), st["cpu_end"].to_numpy(), ev["ts"].to_numpy()[rows])
     ok = k >= 0
-    df = pd.DataFrame({"step": st["step"].to_numpy()[k[ok]],
-                       "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[rows][ok], ev["name"].cat.categories),
-                       "dur": ev["dur"].to_numpy()[rows][ok]})
+    rows, step = rows[ok], st["step"].to_numpy()[k[ok]]
+    del k, ok  # only the grouped columns are held while grouping (the frame takes them as they are)
+    df = pd.DataFrame({"step": step,
+                       "name": pd.Categorical.from_codes(ev["name"].cat.codes.to_numpy()[rows], ev["name"].cat.categories),
+                       "dur": ev["dur"].to_numpy()[rows]}, copy=False)
+    del rows, step
     g = df.groupby(["step", "name"], observed=True, sort=False)["dur"].agg(["count", "sum"]).reset_index()
     return g.rename(columns={"sum": "total_us"})
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .events import LOADER_FETCH, linked_runtime_rows, name_mask, pair_keys, step_at
+from .events import LOADER_FETCH, EndTimes, linked_runtime_rows, name_mask, pair_keys, step_at
 from ..load.trace import Kind, RankTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -159,7 +159,7 @@ def _only_loader_fetch(ev: pd.DataFrame, tid: int, start: float, end: float) -> 
 def _thread_fetch_rows(ev: pd.DataFrame, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start, end and is-a-fetch of thread ``tid``'s CPU events other than ``ProfilerStep#``."""
     ts = ev["ts"].to_numpy()
-    te = ts + ev["dur"].to_numpy()
+    te = EndTimes(ev)
     mine = (ev["tid"].to_numpy() == tid) & (ev["kind"].to_numpy() < int(Kind.KERNEL))
     fetch = name_mask(ev, lambda s: s.startswith(LOADER_FETCH))
     rows = np.flatnonzero(mine & (fetch | ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))))
@@ -227,25 +227,30 @@ def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> tu
     k = step_at(cs[order], ce[order], rts, ev["window"].to_numpy()[rt], steps["window"].to_numpy()[order])
     kk = order[np.clip(k, 0, None)]
     in_step = k >= 0
-    win, corr = ev["window"].to_numpy(), ev["corr"].to_numpy()
-    keys = pair_keys([(win[rt], corr[rt]), (win[gidx], corr[gidx])])
-    if keys is not None:  # one integer per (window, correlation): lookups instead of merges
-        call_keys, gpu_keys = keys
-        for sel, value, into in ((in_step, kk, out), (None, rts, lts)):
-            ck = call_keys if sel is None else call_keys[sel]
-            first = ~pd.Index(ck).duplicated()  # the first call of each pair, as dropping duplicates keeps
-            at = pd.Index(ck[first]).get_indexer(gpu_keys)
-            found = at >= 0
-            into[found] = (value if sel is None else value[sel])[first][at[found]]
+    rwin, rcorr = ev["window"].to_numpy()[rt], ev["corr"].to_numpy()[rt]
+    gwin, gcorr = ev["window"].to_numpy()[gidx], ev["corr"].to_numpy()[gidx]
+    keys = pair_keys([(rwin, rcorr), (gwin, gcorr)])
+    if keys is None:  # ids too large for one integer key: join on both columns
+        launch = pd.DataFrame({"window": rwin[in_step], "corr": rcorr[in_step], "step": kk[in_step]}
+                              ).drop_duplicates(["window", "corr"])
+        g = pd.DataFrame({"window": gwin, "corr": gcorr, "pos": np.arange(len(gidx))})
+        m = g.merge(launch, on=["window", "corr"], how="inner")
+        out[m["pos"].to_numpy()] = m["step"].to_numpy()
+        calls = pd.DataFrame({"window": rwin, "corr": rcorr, "ts": rts}).drop_duplicates(["window", "corr"])
+        mt = g.merge(calls, on=["window", "corr"], how="inner")
+        lts[mt["pos"].to_numpy()] = mt["ts"].to_numpy()
         return out, lts
-    launch = pd.DataFrame(
-        {"window": ev["window"].to_numpy()[rt][in_step], "corr": ev["corr"].to_numpy()[rt][in_step], "step": kk[in_step]}
-    ).drop_duplicates(["window", "corr"])
-    g = pd.DataFrame({"window": ev["window"].to_numpy()[gidx], "corr": ev["corr"].to_numpy()[gidx], "pos": np.arange(len(gidx))})
-    m = g.merge(launch, on=["window", "corr"], how="inner")
-    out[m["pos"].to_numpy()] = m["step"].to_numpy()
-    calls = pd.DataFrame({"window": ev["window"].to_numpy()[rt], "corr": ev["corr"].to_numpy()[rt],
-                          "ts": rts}).drop_duplicates(["window", "corr"])
-    mt = g.merge(calls, on=["window", "corr"], how="inner")
-    lts[mt["pos"].to_numpy()] = mt["ts"].to_numpy()
+    # The first call of each (window, correlation), as a join on one integer key (what the frames' merge did).
+    rkey, gkey = keys
+    del rwin, rcorr, gwin, gcorr, keys
+    lkey = rkey[in_step]
+    first = ~pd.Index(lkey).duplicated()
+    at = pd.Index(lkey[first]).get_indexer(gkey)
+    hit = np.flatnonzero(at >= 0)
+    out[hit] = kk[in_step][first][at[hit]]
+    del lkey, first, at, hit
+    first = ~pd.Index(rkey).duplicated()
+    at = pd.Index(rkey[first]).get_indexer(gkey)
+    hit = np.flatnonzero(at >= 0)
+    lts[hit] = rts[first][at[hit]]
     return out, lts

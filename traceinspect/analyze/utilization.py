@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import is_comm_kernel, sync_call_rows
-from .events import rows_sharing_corr, runtime_mask, step_at
+from .events import EndTimes, rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
 from ..config import DEFAULT, Config
 from ..load.trace import Kind, RankTrace
@@ -86,7 +86,7 @@ def _timeline(ev: pd.DataFrame, steps):
         return None
     kind = ev["kind"].to_numpy()
     ts = ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    end = EndTimes(ev)
     cats = ev["name"].cat.categories
     comm_lut = np.array([is_comm_kernel(str(c)) for c in cats] + [False])
     gk = kind[gidx]

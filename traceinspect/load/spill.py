@@ -84,6 +84,7 @@ class ColumnSink:
 
     def _start_spilling(self) -> None:
         _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
+        _LIBC.return_freed_memory()
         self.files = {}
         for col in (*NUM_COLS, *STR_COLS):
             self.files[col] = (tempfile.TemporaryFile(dir=self.spill_dir), None)
@@ -205,9 +206,48 @@ class _Trimmer:
                     mm.madvise(mmap.MADV_DONTNEED)
                 except (OSError, ValueError):  # closed meanwhile
                     pass
+            _LIBC.trim()
         return resident
 
 
+class _Libc:
+    """The C allocator's two settings that decide whether freed arrays leave the process (glibc; elsewhere nothing).
+
+    By default glibc serves a freed block of up to 32 MiB from its heap again instead of returning it: after the
+    analyses of a big trace the process kept hundreds of MB of freed arrays (measured: +55 MiB a 900k-event rank,
+    ten times that at 8.6 M events). Once a file spills, every block past ``MMAP_THRESHOLD`` gets pages of its own,
+    returned when it is freed, and the trimmer hands back the heap's free top (``malloc_trim``)."""
+
+    MMAP_THRESHOLD = 256 << 10  # bytes; glibc's own starting value is 128 KiB (it then grows it up to 32 MiB)
+    _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+    def __init__(self):
+        self.lib = None
+        self.set = False
+
+    def _load(self):
+        if self.lib is None:
+            try:
+                import ctypes
+
+                lib = ctypes.CDLL(None)
+                self.lib = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else False
+            except (OSError, AttributeError):
+                self.lib = False
+        return self.lib
+
+    def return_freed_memory(self) -> None:
+        lib = self._load()
+        if lib and not self.set:
+            self.set = bool(lib.mallopt(self._M_MMAP_THRESHOLD, self.MMAP_THRESHOLD))
+
+    def trim(self) -> None:
+        lib = self._load()
+        if lib:
+            lib.malloc_trim(0)
+
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_LIBC = _Libc()
 _TRIM = _Trimmer()
 

@@ -58,9 +58,11 @@ PARALLEL_MIN_EVENTS = 500_000
 # The parts run here while the workers run the others: the base tables and the first analysis, about one
 # worker's share.
 HERE = 2
-# What an analysis part holds per event of its rank (measured: ~95 bytes on a 4 GB trace): each forked worker holds
-# its own, so a rank whose parts would pass half of Config.memory_limit_bytes side by side runs them one by one.
-PART_BYTES_PER_EVENT = 100
+# What an analysis part allocates per event of its rank, at most (measured with tracemalloc: up to 39 bytes on the
+# public A100 trace, 58 on a 900k-event scaled copy of it, where a lookup table of ids of up to 32 MiB counts too;
+# tests/load/test_spill.py holds every part under it): each forked worker holds its own, so a rank whose parts would
+# pass half of Config.memory_limit_bytes side by side runs them one by one.
+PART_BYTES_PER_EVENT = 80
 
 _FORKED: list = []  # the parts forked workers see (set in the parent just before the fork)
 
