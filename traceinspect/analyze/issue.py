@@ -49,7 +49,7 @@ import pandas as pd
 
 from .attribution import sync_call_rows
 from .events import LOADER_FETCH, name_mask, row_bounds, rows_sharing_corr, runtime_mask
-from .intervals import sweep
+from .intervals import build_timeline, sweep
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 from .setup import COMM_OP, GRAPH_LAUNCH
