@@ -34,7 +34,7 @@ import pandas as pd
 
 from .attribution import OTHER_STEP, gpu_category_codes, step_gpu_parts, sync_call_rows
 from .events import LOADER_FETCH, EndTimes, name_mask, unique_ints
-from .intervals import build_timeline
+from .intervals import sweep
 from .issue import capturable_intervals
 from .links import launch_calls, launch_rows
 from ..load.trace import Kind, RankTrace
@@ -59,6 +59,7 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
     if not len(gidx) or "bd_idle" not in table:
         return RankPart()
     ev = rank.events
+    cap = capturable_intervals(rank, steps, table)  # first: its sweep's peak stacks on nothing held here
     ts = ev["ts"].to_numpy()
     end = EndTimes(ev)
     kind = ev["kind"].to_numpy()
@@ -66,16 +67,18 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
     pend_s, pend_e = _queued(ev, gidx, calls)
     sync = sync_call_rows(ev, gidx)
     first = first_use_launches(ev, calls)
+    del calls
     loader = np.flatnonzero(name_mask(ev, lambda s: s.startswith(LOADER_FETCH)) & (kind <= int(Kind.USER_ANNOTATION)))
     cs, ce = table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy()
     gs, ge = _step_work(ev, steps, ts[gidx], end[gidx], table)
-    cap = capturable_intervals(rank, steps, table)
     parts = [(gs, ge), (pend_s, pend_e), (ts[sync], end[sync]), (ts[first], end[first]),
              (ts[loader], end[loader]), cap, (cs, ce)]
-    s = np.concatenate([p[0] for p in parts])
-    e = np.concatenate([p[1] for p in parts])
-    c = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
-    excl = build_timeline(s, e, c, len(parts)).exclusive_in(table["start_us"].to_numpy(), table["end_us"].to_numpy())
+    del gs, ge, pend_s, pend_e, cap
+    c = np.concatenate([np.full(len(p[0]), i, np.int8) for i, p in enumerate(parts)])
+    bounds = np.concatenate([np.asarray(p[0], float) for p in parts] + [np.asarray(p[1], float) for p in parts])
+    del parts
+    excl = sweep(bounds, c, 7).exclusive_in(table["start_us"].to_numpy(), table["end_us"].to_numpy())
+    del bounds, c
     cols = {name: excl[i + 1] for i, name in enumerate(IDLE_COLUMNS[:-2])}
     # Launch overhead, split by what the CPU was running: work a graph of the model removes, or the rest.
     cols["idle_launch_capturable_us"] = excl[5]

@@ -103,13 +103,14 @@ def _holding(ev: pd.DataFrame, rows: np.ndarray, inner: np.ndarray) -> np.ndarra
     if not len(rows) or not len(inner):
         return np.zeros(len(rows), bool)
     ts, tid = ev["ts"].to_numpy(), ev["tid"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
+    r_ts = ts[rows]
+    r_end = r_ts + ev["dur"].to_numpy()[rows]  # the rows' ends only, never a column's worth
+    r_tid, in_tid = tid[rows], tid[inner]
     out = np.zeros(len(rows), bool)
-    for t in np.unique(tid[rows]):
-        t_in = np.sort(ts[inner[tid[inner] == t]])
-        mine = tid[rows] == t
-        r = rows[mine]
-        out[mine] = np.searchsorted(t_in, end[r], "right") > np.searchsorted(t_in, ts[r], "left")
+    for t in np.unique(r_tid):
+        t_in = np.sort(ts[inner[in_tid == t]])
+        mine = r_tid == t
+        out[mine] = np.searchsorted(t_in, r_end[mine], "right") > np.searchsorted(t_in, r_ts[mine], "left")
     return out
 
 
@@ -120,51 +121,71 @@ def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame) -> tuple[n
     cs, ce = table["cpu_start_us"].to_numpy(float), table["cpu_end_us"].to_numpy(float)
     if not len(ev) or not len(cs):
         return np.empty(0), np.empty(0)
-    kind = ev["kind"].to_numpy()
-    mine = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
-    ts = ev["ts"].to_numpy(float)
-    end = ts + ev["dur"].to_numpy(float)
-    span = kind <= int(Kind.USER_ANNOTATION)
+    # Masks of one byte an event; the times and categories only for the rows that take part.
+    span = ev["kind"].to_numpy() <= int(Kind.USER_ANNOTATION)
     runtime = runtime_mask(ev)
-    work = mine & (span | runtime) & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
-    graph = runtime & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s)))
+    work = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
+    work &= span | runtime
+    work &= ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
+    graph = np.flatnonzero(runtime & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s))))
     generated = np.flatnonzero(work & span & name_mask(ev, lambda s: bool(GENERATED.match(s))))
-    replays = _holding(ev, generated, np.flatnonzero(graph))
-    sync = np.zeros(len(ev), bool)
-    sync[sync_call_rows(ev, steps.gpu_index)] = True
-    kept = work & (sync | graph | (span & name_mask(ev, lambda s: bool(KEPT.match(s) or COMM_OP.match(s)))))
+    replays = _holding(ev, generated, graph)
+    kept = span & name_mask(ev, lambda s: bool(KEPT.match(s) or COMM_OP.match(s)))
+    kept[sync_call_rows(ev, steps.gpu_index)] = True
+    kept[graph] = True
+    kept &= work
     kept[generated[replays]] = True
-    cat = np.full(len(ev), _WORK)
+    wrapper = work & span & name_mask(ev, lambda s: bool(WRAPPER.match(s)))
+    del span, runtime
+    cat = np.full(len(ev), _WORK, np.int8)
     cat[generated[~replays]] = _GENERATED
-    cat[work & span & name_mask(ev, lambda s: bool(WRAPPER.match(s)))] = _WRAPPER
+    cat[wrapper] = _WRAPPER
     cat[kept] = _KEPT
+    del kept, wrapper
     rows = np.flatnonzero(work)
-    return _capturable(ts[rows], end[rows], cat[rows], cs, ce)
+    del work
+    cat = cat.take(rows)
+    # The rows' intervals, then the CPU windows, which join the sweep last: on top only where no event is open
+    # (a gap inside a step).
+    n, m = len(rows), len(cs)
+    bounds = np.empty(2 * (n + m))
+    starts, ends = bounds[:n + m], bounds[n + m:]
+    np.take(ev["ts"].to_numpy(), rows, out=starts[:n], mode="clip")  # rows are in range: "clip" skips a copy
+    np.take(ev["dur"].to_numpy(), rows, out=ends[:n], mode="clip")
+    del rows
+    np.add(starts[:n], ends[:n], out=ends[:n])
+    starts[n:], ends[n:] = cs, ce
+    del starts, ends
+    return _capturable(bounds, np.concatenate([cat, np.full(m, _WINDOW, np.int8)]))
 
 
-def _capturable(s: np.ndarray, e: np.ndarray, cat: np.ndarray, cs: np.ndarray, ce: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The capturable intervals from the events' intervals and sweep categories, within the CPU windows."""
-    if not len(s):
+def _capturable(bounds: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The capturable intervals from the sweep of the rows' and the windows' intervals (``bounds``: starts, then
+    ends; given away) and their categories."""
+    if len(cat) == 0:
         return np.empty(0), np.empty(0)
-    # The CPU windows join the sweep last: on top only where no event is open (a gap inside a step).
-    tl = build_timeline(np.concatenate([s, cs]), np.concatenate([e, ce]),
-                        np.concatenate([cat, np.full(len(cs), _WINDOW)]), _WINDOW + 1)
+    tl = sweep(bounds, cat, _WINDOW + 1)
+    del bounds, cat
     t = tl.t
-    top = np.full(len(t) - 1, -1)  # the category on top in each elementary segment [t[i], t[i+1]), -1: none
-    inc = np.diff(tl.exclusive, axis=1) > 0
-    for c in range(_WINDOW, -1, -1):
-        top[inc[c]] = c
-    inside = np.diff(tl.union[_WINDOW]) > 0
-    seg = np.diff(t) > 0
-    t0, t1, top, inside = t[:-1][seg], t[1:][seg], top[seg], inside[seg]
+    seg = t[1:] > t[:-1]  # elementary segments of positive length
+    # The category on top in each segment (the first active one), and whether it lies inside a CPU window.
+    top, inside = tl.top[seg], tl.active[_WINDOW][seg]
+    tl.active = None  # the sweep's per-category activity is not needed past here
     cap = ((top == _GENERATED) | (top == _WORK)) & inside
+    del inside
     # A gap (no event open inside a step) is the model's own Python where the segments on both sides are
     # capturable; a gap at a step's edge has the outside of the windows on one side, so it is kept.
-    prev_cap = np.concatenate([[False], cap[:-1]])
-    next_cap = np.concatenate([cap[1:], [False]])
-    cap = cap | ((top == _WINDOW) & prev_cap & next_cap)
-    return t0[cap], t1[cap]
+    gap = top == _WINDOW
+    del top
+    gap[1:] &= cap[:-1]
+    gap[:-1] &= cap[1:]
+    if len(gap):
+        gap[0] = gap[-1] = False
+    cap |= gap
+    del gap
+    keep = np.flatnonzero(seg)[cap]
+    del seg, cap
+    return t[keep], t[keep + 1]
 
 
 def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
