@@ -76,11 +76,12 @@ def issuing_threads(ev: pd.DataFrame, gidx: np.ndarray, main_tid: int | None) ->
     return np.array(sorted(found)) if found else np.unique(tid)
 
 
-def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame) -> np.ndarray:
+def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame, threads: np.ndarray | None = None) -> np.ndarray:
     """Per row of the step table: the issuing threads' recorded work in its CPU window outside waits (us)."""
     ev = rank.events
     kind = ev["kind"].to_numpy()
-    mine = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
+    threads = issuing_threads(ev, steps.gpu_index, steps.main_tid) if threads is None else threads
+    mine = np.isin(ev["tid"].to_numpy(), threads)
     host = (kind <= int(Kind.USER_ANNOTATION)) | runtime_mask(ev)
     work = np.flatnonzero(mine & host & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
     del host
@@ -114,7 +115,8 @@ def _holding(ev: pd.DataFrame, rows: np.ndarray, inner: np.ndarray) -> np.ndarra
     return out
 
 
-def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame, threads: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted disjoint intervals (us) of the steps' CPU windows that a graph of the model's forward and backward
     takes off the CPU (the module docstring: kept work, compiled code, wrappers, eager work, the gaps)."""
     ev = rank.events
@@ -124,7 +126,8 @@ def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame) -> tuple[n
     # Masks of one byte an event; the times and categories only for the rows that take part.
     span = ev["kind"].to_numpy() <= int(Kind.USER_ANNOTATION)
     runtime = runtime_mask(ev)
-    work = np.isin(ev["tid"].to_numpy(), issuing_threads(ev, steps.gpu_index, steps.main_tid))
+    threads = issuing_threads(ev, steps.gpu_index, steps.main_tid) if threads is None else threads
+    work = np.isin(ev["tid"].to_numpy(), threads)
     work &= span | runtime
     work &= ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
     graph = np.flatnonzero(runtime & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s))))
@@ -192,7 +195,8 @@ def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankP
     """``cpu_issue_us`` and ``cpu_capturable_us`` for every step (GPU and CPU-only traces alike)."""
     if not len(table):
         return RankPart()
-    a, b = capturable_intervals(rank, steps, table)
+    threads = issuing_threads(rank.events, steps.gpu_index, steps.main_tid)  # once for both sweeps
+    a, b = capturable_intervals(rank, steps, table, threads)
     tl = build_timeline(a, b, np.zeros(len(a), int), 1)
     captured = tl.union_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[0]
-    return RankPart(columns={"cpu_issue_us": cpu_issue_us(rank, steps, table), "cpu_capturable_us": captured})
+    return RankPart(columns={"cpu_issue_us": cpu_issue_us(rank, steps, table, threads), "cpu_capturable_us": captured})
