@@ -143,7 +143,8 @@ def test_a_rank_past_the_bound_runs_its_parts_in_one_process():
     parts = [os.getpid] * 5
     events = 2 * services.PARALLEL_MIN_EVENTS  # a big rank: its parts fork workers while the bound has room
     roomy = services.rank_fan_out(Config(workers=2))(parts, events)
-    tight = services.rank_fan_out(Config(workers=2, memory_limit_bytes=1 << 27))(parts, events)
+    tight = services.rank_fan_out(Config(workers=2, memory_limit_bytes=events * services.PART_BYTES_PER_EVENT))(
+        parts, events)
     if services.workers(Config(workers=2)).can_fork():
         assert len(set(roomy)) == 2
     assert set(tight) == {os.getpid()}  # each worker would hold its own share: not side by side

@@ -54,10 +54,7 @@ def column_cache(config: Config) -> ColumnCache | None:
 
 
 # A rank this big runs its analyses on several cores (forked workers share its events copy-on-write).
-PARALLEL_MIN_EVENTS = 500_000
-# The parts run here while the workers run the others: the base tables and the first analysis, about one
-# worker's share.
-HERE = 2
+PARALLEL_MIN_EVENTS = 100_000
 # What an analysis part allocates per event of its rank, at most (measured with tracemalloc: up to 39 bytes on the
 # public A100 trace, 58 on a 900k-event scaled copy of it, where a lookup table of ids of up to 32 MiB counts too;
 # tests/load/test_spill.py holds every part under it): each forked worker holds its own, so a rank whose parts would
@@ -72,21 +69,30 @@ def _part_in_child(i: int):
 
 
 def rank_fan_out(config: Config):
-    """``analyze.rank.FanOut``: a big rank's parts side by side (the first ``HERE`` in this process, the others
-    in forked workers), a small rank's one after the other here; the results in the parts' order."""
+    """``analyze.rank.FanOut``: a big rank's parts side by side, a small rank's one after the other here; the
+    results in the parts' order.
+
+    Side by side, every part but the first is handed to forked workers, and this process, once it has run the
+    first, takes back from the end of the queue the parts no worker has started yet and runs them itself: the
+    workers work from the front and this process from the back until they meet, so neither waits on a split fixed
+    in advance (with one worker the two share the parts; with a worker for every part this process runs the first
+    alone)."""
     w = workers(config)
 
     def fan_out(parts, events: int) -> list:
-        side_by_side = min(w.count, len(parts) - HERE + 1) * events * PART_BYTES_PER_EVENT
-        if (w.count < 2 or len(parts) <= HERE or events < PARALLEL_MIN_EVENTS or not w.can_fork()
+        side_by_side = min(w.count, len(parts)) * events * PART_BYTES_PER_EVENT
+        if (w.count < 2 or len(parts) < 2 or events < PARALLEL_MIN_EVENTS or not w.can_fork()
                 or side_by_side > config.memory_limit_bytes // 2):
             return [p() for p in parts]
         _FORKED.append(list(parts))
         try:
-            with w.fork_pool(min(w.count - 1, len(parts) - HERE)) as pool:
-                futures = [pool.submit(_part_in_child, i) for i in range(HERE, len(parts))]
-                here = [p() for p in parts[:HERE]]  # while the workers run the others
-                return here + [f.result() for f in futures]
+            with w.fork_pool(min(w.count - 1, len(parts) - 1)) as pool:
+                futures = {i: pool.submit(_part_in_child, i) for i in range(1, len(parts))}
+                out = {0: parts[0]()}
+                for i in range(len(parts) - 1, 0, -1):
+                    if futures[i].cancel():  # no worker has started it: run it here
+                        out[i] = parts[i]()
+                return [out[i] if i in out else futures[i].result() for i in range(len(parts))]
         finally:
             _FORKED.clear()
 
