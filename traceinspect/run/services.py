@@ -80,13 +80,13 @@ def rank_fan_out(config: Config):
     w = workers(config)
 
     def fan_out(parts, events: int) -> list:
-        side_by_side = min(w.count, len(parts)) * events * PART_BYTES_PER_EVENT
-        if (w.count < 2 or len(parts) < 2 or events < PARALLEL_MIN_EVENTS or not w.can_fork()
-                or side_by_side > config.memory_limit_bytes // 2):
+        processes = min(w.count, len(parts))  # this one and its workers, each holding one part at a time
+        if (processes < 2 or events < PARALLEL_MIN_EVENTS or not w.can_fork()
+                or processes * events * PART_BYTES_PER_EVENT > config.memory_limit_bytes // 2):
             return [p() for p in parts]
         _FORKED.append(list(parts))
         try:
-            with w.fork_pool(min(w.count - 1, len(parts) - 1)) as pool:
+            with w.fork_pool(processes - 1) as pool:
                 futures = {i: pool.submit(_part_in_child, i) for i in range(1, len(parts))}
                 out = {0: parts[0]()}
                 for i in range(len(parts) - 1, 0, -1):
