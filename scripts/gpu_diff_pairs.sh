@@ -100,5 +100,20 @@ run gpu_diff gpu_d          $T $GPUJOB
 run gpu_diff gpu_fp32_b     $T $GPUJOB --set amp=none --set tf32=false
 run gpu_diff gpu_fp32_c     $T $GPUJOB --set amp=none --set tf32=false
 run gpu_diff gpu_fp32_single $T $GPUJOB --set amp=none --set tf32=false --set optimizer_impl=single
+# repeats of the small pageable/pinned pair, interleaved: the run-to-run spread of each knob, with the 4 loader
+# workers of the setup group and with the 8 of fixtures/gpu_pairs' small family (there 8 active steps, here 12).
+# REPEAT_GROUP puts them in another group (another machine's repeats); the _a captures of the 4-worker pair are
+# for such a group (gpu_setup has them as small_pinned and small_pageable).
+R=${REPEAT_GROUP:-gpu_setup}
+run $R small_pinned_a   $T $SMALL
+run $R small_pageable_a $T $SMALL --set pin_memory=false --set non_blocking=false
+run $R small_pinned_b   $T $SMALL
+run $R small_pageable_b $T $SMALL --set pin_memory=false --set non_blocking=false
+run $R w8_pinned_a      $T $SMALL --set num_workers=8
+run $R w8_pageable_a    $T $SMALL --set num_workers=8 --set pin_memory=false --set non_blocking=false
+run $R small_pinned_c   $T $SMALL
+run $R small_pageable_c $T $SMALL --set pin_memory=false --set non_blocking=false
+run $R w8_pinned_b      $T $SMALL --set num_workers=8
+run $R w8_pageable_b    $T $SMALL --set num_workers=8 --set pin_memory=false --set non_blocking=false
 echo "# done in $(( $(date +%s) - START ))s" | tee -a "$LOG"
 [ -z "$TAR_DIR" ] || cp "$LOG" "$TAR_DIR/"
