@@ -101,8 +101,9 @@ def forward_us(name: str) -> float:
 
 
 def run_to_run(family: str, twin_mean: float) -> float:
-    """The difference between two captures of the same clean job; families without a second capture take the
-    largest relative difference seen in those that have one, scaled to their twin's mean step."""
+    """The difference between two captures of the same clean job (for families with repeats, the spread of their
+    captures relative to their mean, scaled to the twin's mean step); families without a second capture take the
+    largest relative difference seen in the two pairs of captures, scaled to their twin's mean step."""
     second = {**SECOND_CAPTURE, **NOISY_SECOND_CAPTURE}
     if family in REPEATS:
         means = [mean_se(name)[0] for name in REPEATS[family]]

@@ -44,21 +44,24 @@ def _case(p):
     return pytest.param(*p, id=p[0], marks=marks)
 
 
-@pytest.mark.parametrize("problem,twin,ids,family", [_case(p) for p in PAIRS])
-def test_time_at_stake_matches_measured_saving(problem, twin, ids, family):
-    m = measured(problem, twin, family)
-    pred = predicted(problem, twin, ids)
+def _holds(name: str, pred: float, m: dict, sevs: set) -> None:
+    """The rules every pair is held to: ``pred`` against the measurement ``m``; ``sevs``: the problem's severities."""
     s, noise, tol = m["saving_us"], m["noise_us"], m["tolerance_us"]
-    what = f"{problem}: predicted {pred / 1000:.2f} ms, measured {s / 1000:.2f} ms (noise {noise / 1000:.2f} ms)"
+    what = f"{name}: predicted {pred / 1000:.2f} ms, measured {s / 1000:.2f} ms (noise {noise / 1000:.2f} ms)"
     if abs(s) <= noise:
         # Noise: no warning or critical finding may claim it, and no claim may exceed what the noise allows.
-        assert not {"warning", "critical"} & set(severities(problem, ids)), what
+        assert not {"warning", "critical"} & sevs, what
         assert pred <= tol, what
     elif s < -noise:
         # The problem run was faster than its twin: run-to-run variation swamped the knob. Only an upper bound.
         assert pred <= tol, what
     else:
         assert abs(pred - s) <= tol, what
+
+
+@pytest.mark.parametrize("problem,twin,ids,family", [_case(p) for p in PAIRS])
+def test_time_at_stake_matches_measured_saving(problem, twin, ids, family):
+    _holds(problem, predicted(problem, twin, ids), measured(problem, twin, family), set(severities(problem, ids)))
 
 
 def predicted_repeated(problems: tuple, twins: tuple, ids) -> float:
@@ -71,16 +74,8 @@ def predicted_repeated(problems: tuple, twins: tuple, ids) -> float:
 def test_repeated_pairs(name, problems, twins, ids):
     """Each side captured several times: the claim against the difference of the captures' means, with the noise
     from the spread between captures; held to the same rules as the single pairs."""
-    m = measured_repeated(problems, twins)
-    pred, s, noise, tol = predicted_repeated(problems, twins, ids), m["saving_us"], m["noise_us"], m["tolerance_us"]
-    what = f"{name}: predicted {pred / 1000:.2f} ms, measured {s / 1000:.2f} ms (noise {noise / 1000:.2f} ms)"
-    if abs(s) <= noise:
-        assert not {"warning", "critical"} & {sev for n in problems for sev in severities(n, ids)}, what
-        assert pred <= tol, what
-    elif s < -noise:
-        assert pred <= tol, what
-    else:
-        assert abs(pred - s) <= tol, what
+    _holds(name, predicted_repeated(problems, twins, ids), measured_repeated(problems, twins),
+           {sev for n in problems for sev in severities(n, ids)})
 
 
 def test_repeats_measure_more_spread_than_one_capture_shows():
