@@ -64,6 +64,11 @@ def test_time_at_stake_matches_measured_saving(problem, twin, ids, family):
     _holds(problem, predicted(problem, twin, ids), measured(problem, twin, family), set(severities(problem, ids)))
 
 
+def severities_of(names, ids) -> set[str]:
+    """The severities of ``ids`` findings over several captures."""
+    return {sev for n in names for sev in severities(n, ids)}
+
+
 def predicted_repeated(problems: tuple, twins: tuple, ids) -> float:
     """A repeated pair's prediction: the mean claim over the problem's captures beyond the mean over the twin's."""
     mean = lambda names: sum(claim(report(n), ids) for n in names) / len(names)  # noqa: E731
@@ -75,7 +80,7 @@ def test_repeated_pairs(name, problems, twins, ids):
     """Each side captured several times: the claim against the difference of the captures' means, with the noise
     from the spread between captures; held to the same rules as the single pairs."""
     _holds(name, predicted_repeated(problems, twins, ids), measured_repeated(problems, twins),
-           {sev for n in problems for sev in severities(n, ids)})
+           severities_of(problems, ids))
 
 
 def test_repeats_measure_more_spread_than_one_capture_shows():
@@ -129,8 +134,7 @@ if __name__ == "__main__":  # print the predicted-vs-measured table for docs/fin
     for problem, twin, ids, _family in PAIRS + NOISY_PAIRS:
         rows[problem] = (predicted(problem, twin, ids), "/".join(severities(problem, ids)) or "none")
     for name, problems, twins, ids in REPEATED_PAIRS:
-        sev = sorted({s for n in problems for s in severities(n, ids)})
-        rows[name] = (predicted_repeated(problems, twins, ids), "/".join(sev) or "none")
+        rows[name] = (predicted_repeated(problems, twins, ids), "/".join(sorted(severities_of(problems, ids))) or "none")
     print(pairs.table(rows))
 
 
