@@ -122,13 +122,14 @@ def _json_safe(obj: Any) -> Any:
 
 
 def describe_job(*, dataloader: Any = None, model: Any = None, accumulation_steps: int | None = None,
-                 no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
+                 batch_size: int | None = None, no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
                  workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The job settings of the metadata (None where not given)."""
     return {
         "dataloader": describe_dataloader(dataloader),
         "ddp": describe_ddp(model),
         "accumulation_steps": accumulation_steps,
+        "batch_size": batch_size,  # samples per micro-batch on this rank, when the caller says (else the loader's)
         "no_sync": no_sync,
         "amp_dtype": amp_dtype_name(amp_dtype),
         "grad_scaler": _grad_scaler_flag(grad_scaler),
@@ -137,7 +138,26 @@ def describe_job(*, dataloader: Any = None, model: Any = None, accumulation_step
         "loader_probe": None,  # filled by the capture's probe_loader (loader_probe.py), if asked
         "loader_timing": None,  # the workers' batch times during the window (the same option)
         "cpu_count": _cpu_count(),  # cores this process may run on (what sizes a DataLoader's workers)
+        "device_memory": describe_device_memory(),
     }
+
+
+def describe_device_memory() -> dict[str, Any] | None:
+    """What the trace cannot see of the device's memory: the free and total bytes the driver reports when the
+    capture starts (the CUDA context, NCCL's buffers and other processes are the difference), and the caching
+    allocator's settings (``PYTORCH_CUDA_ALLOC_CONF``). None without a CUDA device."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        free, total = torch.cuda.mem_get_info()
+        return {"free_bytes": int(free), "total_bytes": int(total),
+                "allocated_bytes": int(torch.cuda.memory_allocated()),
+                "reserved_bytes": int(torch.cuda.memory_reserved()),
+                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
+    except (ImportError, RuntimeError):  # pragma: no cover - torch without CUDA support
+        return None
 
 
 def _cpu_count() -> int | None:

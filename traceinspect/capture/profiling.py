@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .metadata import (METADATA_KEY, METADATA_SCHEMA, _grad_scaler_flag, _json_safe, amp_dtype_name,  # noqa: F401
-                       describe_dataloader, describe_ddp, describe_job, detect_rank)
+                       describe_dataloader, describe_ddp, describe_device_memory, describe_job, detect_rank)
 from .loader_probe import LoaderTimer, probe_loader
 from .threads import ThreadClock
 from .schedule import (CaptureError, _check_schedule, _check_writable, recorded_step_numbers,  # noqa: F401
@@ -83,7 +83,7 @@ class Capture:
                  active: int = 3, repeat: int = 1, skip_first: int = 0,
                  record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, gzip: bool = True, dataloader: Any = None,
-                 model: Any = None, accumulation_steps: int | None = None,
+                 model: Any = None, accumulation_steps: int | None = None, batch_size: int | None = None,
                  no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
                  workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
                  probe_loader: bool = False, strict: bool = True, verbose: bool = True) -> None:
@@ -92,6 +92,9 @@ class Capture:
                                                not isinstance(accumulation_steps, int) or
                                                accumulation_steps < 1):
             raise CaptureError(f"accumulation_steps must be an integer >= 1 (got {accumulation_steps!r})")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise CaptureError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
         self.out_dir = Path(out_dir)
         _check_writable(self.out_dir)
         self.wait, self.warmup, self.active = wait, warmup, active
@@ -107,6 +110,7 @@ class Capture:
         self.profiler: Any = None  # torch.profiler.profile, made in __enter__, kept after exit
         self._running = False
         self._job = describe_job(dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
+                                 batch_size=batch_size,
                                  no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler, workload=workload,
                                  extra=extra)
         self._loader = dataloader
@@ -142,7 +146,8 @@ class Capture:
         }
 
     def update_metadata(self, *, dataloader: Any = None, model: Any = None,
-                        accumulation_steps: int | None = None, no_sync: bool | None = None,
+                        accumulation_steps: int | None = None, batch_size: int | None = None,
+                        no_sync: bool | None = None,
                         amp_dtype: Any = None, grad_scaler: Any = None,
                         workload: Mapping[str, Any] | None = None,
                         extra: Mapping[str, Any] | None = None,
@@ -161,6 +166,8 @@ class Capture:
             self._job["ddp"] = describe_ddp(model)
         if accumulation_steps is not None:
             self._job["accumulation_steps"] = accumulation_steps
+        if batch_size is not None:
+            self._job["batch_size"] = batch_size
         if no_sync is not None:
             self._job["no_sync"] = no_sync
         if amp_dtype is not None:
@@ -225,8 +232,10 @@ class Capture:
             self._job["loader_probe"] = _json_safe(probe_loader(self._loader))
         if self.probe_loader:
             self._clock = ThreadClock()
-        # the rank may have changed since __init__ if the process group came up in between
+        # the rank may have changed since __init__ if the process group came up in between, and the model may be on
+        # the device by now
         self.rank, self.world_size = detect_rank()
+        self._job["device_memory"] = describe_device_memory()
         self.metadata = self._build_metadata()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -353,7 +362,7 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
             active: int = 3, repeat: int = 1, skip_first: int = 0, record_shapes: bool = False,
             profile_memory: bool = False, with_stack: bool = False, gzip: bool = True,
             dataloader: Any = None, model: Any = None, accumulation_steps: int | None = None,
-            no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
+            batch_size: int | None = None, no_sync: bool | None = None, amp_dtype: Any = None, grad_scaler: Any = None,
             workload: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
             probe_loader: bool = False, strict: bool = True, verbose: bool = True) -> Capture:
     """Profile a training loop into ``out_dir`` as per-rank Chrome traces (use as a context manager).
@@ -370,7 +379,8 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
     Job description written into every trace window, under ``"traceinspect"``:
     ``dataloader`` (a DataLoader: workers, pinning, prefetch, batch size are read
     off it), ``model`` (a DistributedDataParallel: bucket size, bucket view,
-    static graph, unused-parameter search), ``accumulation_steps`` (micro-batches
+    static graph, unused-parameter search), ``batch_size`` (samples per micro-batch on this rank, where no
+    ``dataloader`` says it), ``accumulation_steps`` (micro-batches
     per optimizer step), ``no_sync`` (whether micro-batches skip the all-reduce),
     ``amp_dtype`` (autocast dtype or None), ``grad_scaler`` (GradScaler or bool),
     ``workload`` and ``extra`` (any JSON-able dicts of your own).
@@ -392,6 +402,6 @@ def profile(out_dir: str | os.PathLike = "./log/profile_ddp", *, wait: int = 1, 
     return Capture(out_dir, wait=wait, warmup=warmup, active=active, repeat=repeat,
                    skip_first=skip_first, record_shapes=record_shapes,
                    profile_memory=profile_memory, with_stack=with_stack, gzip=gzip,
-                   dataloader=dataloader, model=model, accumulation_steps=accumulation_steps,
+                   dataloader=dataloader, model=model, accumulation_steps=accumulation_steps, batch_size=batch_size,
                    no_sync=no_sync, amp_dtype=amp_dtype, grad_scaler=grad_scaler,
                    workload=workload, extra=extra, probe_loader=probe_loader, strict=strict, verbose=verbose)
