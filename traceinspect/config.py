@@ -194,6 +194,42 @@ class Config:
         "GB/s: 7.05 ms a 16.8 MB batch, H200 host, fixtures/gpu_pairs/s3_big_clean; 3.5-7.0 ms in all four s3 "
         "captures). The part below is left uncounted.")
 
+    # --- device memory (docs/memory.md) ------------------------------------------------------------------------
+    memory_unseen_bytes: int = setting(
+        1 << 30,
+        "Device memory the allocator's events cannot see (the CUDA context, NCCL's buffers, other processes), "
+        "assumed where the capture did not record the device's free memory: 1 GiB, what a CUDA context (about "
+        "0.5 GiB on H100/H200) and one NCCL communicator's buffers take. The largest batch is predicted within "
+        "the capacity less this.")
+    memory_near_full_share: float = setting(
+        0.90,
+        "The step's peak reserved memory at or above this share of the device. 90 %: the "
+        "TensorBoard profiler's line; above it a longer sequence, a bigger batch or fragmentation runs the "
+        "card out of memory.")
+    memory_near_full_critical_share: float = setting(
+        0.97,
+        "Memory near full is critical at this share (or when an allocation failed): what is left is about the "
+        "allocator's own rounding and one large activation.")
+    memory_headroom_share: float = setting(
+        0.50,
+        "Headroom: the peak reserved memory below this share of the device, and a batch of at least "
+        "twice today's predicted to fit. 50 %: half the card unused is room for twice the activations.")
+    allocator_slack_share: float = setting(
+        0.20,
+        "Allocator slack: reserved minus allocated at the step's peak, as a share of reserved, at or above "
+        "this. 20 %: the caching allocator's rounding costs a few percent; beyond a fifth, segments are "
+        "fragmented by tensors whose sizes change (variable sequence lengths).")
+    allocator_slack_min_bytes: int = setting(
+        1 << 30,
+        "The slack must also reach this many bytes (1 GiB): less is not worth a setting on a data-center card.")
+    memory_growth_min_bytes: int = setting(
+        16 << 20,
+        "Growth: allocated memory at the step's end grows by at least this much from step to step, every "
+        "step (16 MiB: above the allocator's rounding of a few small tensors, below one leaked activation).")
+    ddp_gradient_copies_min_bytes: int = setting(
+        64 << 20,
+        "Gradient copies: the peak it would lower at least this much (64 MiB); smaller models gain little.")
+
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     util_window_us: float = setting(
         100_000.0,

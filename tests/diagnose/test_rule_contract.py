@@ -29,7 +29,8 @@ def test_every_rule_declares_its_contract():
     for r in rules:
         assert isinstance(r, Rule) and r.label and r.title and r.doc.startswith(r.id + ":")
         assert issubclass(r.evidence, msgspec.Struct) and callable(r.fix) and callable(r.check)
-        assert r.claim.gpu is not None or r.claim.cpu is not None, r.id
+        # a rule claims time (its pools) or bytes of peak memory (graded by its own memory scale), never both
+        assert (r.claim.gpu is not None or r.claim.cpu is not None) != (r.claim.memory is not None), r.id
     assert len({r.claim.order for r in rules}) == len(rules), "one place in the claim order each"
     assert len({r.label for r in rules}) == len(rules)
     assert sum(r.claim.fixes_loader for r in rules) == 1

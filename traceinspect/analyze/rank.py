@@ -109,7 +109,8 @@ def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, config: Config)
 # Per-rank analyses, each a module with ``rank_part(rank, steps, table, config) -> RankPart``. They read the
 # events and the base step table ``table`` (never each other's output, never changing ``table``), so they may run
 # side by side.
-RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle", "model_parallel", "issue")
+RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle", "model_parallel", "issue",
+                   "memory")
 
 
 def _rank_parts():

@@ -67,6 +67,7 @@ class WorkloadConfig:
     tf32: bool = False                 # CUDA: TF32 matmuls (torch.set_float32_matmul_precision("high"))
     compile: str = "none"              # torch.compile the DDP model: none | default (fused kernels) | reduce-overhead (CUDA graphs)
     sync_loss: bool = False            # call loss.item() every micro-batch (a host<->device sync, like per-step logging)
+    keep_outputs: bool = False         # keep every micro-batch's output, still attached (a leak: metrics gathered without .detach())
 
 
 #: Fields with a fixed set of values.

@@ -163,6 +163,7 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
 
     batches = _batches(loader, sampler)
     step_times: list[float] = []
+    kept: list = []  # what keep_outputs holds on to
     try:
         with _capture.profile(out, dataloader=loader, model=ddp, accumulation_steps=cfg.accum_steps,
                               no_sync=cfg.no_sync, amp_dtype=amp_dtype,
@@ -170,7 +171,7 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
                               workload=workload_meta, probe_loader=cfg.probe_loader, **profile_kwargs) as prof:
             for _ in range(total):
                 t0 = time.perf_counter()
-                _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward)
+                _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward, kept)
                 prof.step()
                 step_times.append(time.perf_counter() - t0)
     finally:
@@ -181,7 +182,7 @@ def _train(cfg: WorkloadConfig, out: str, *, rank: int, world: int, local_rank: 
             "step_times_s": step_times}
 
 
-def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward) -> None:
+def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward, kept: list) -> None:
     """One optimizer step: ``accum_steps`` micro-batches, then clip + step + zero_grad."""
     import torch
 
@@ -194,7 +195,10 @@ def _train_step(cfg, ddp, opt, scaler, batches, device, amp_dtype, F, forward) -
             autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None
                         else contextlib.nullcontext())
             with autocast:
-                loss = F.cross_entropy(forward(x).float(), y) / cfg.accum_steps
+                out = forward(x)
+                loss = F.cross_entropy(out.float(), y) / cfg.accum_steps
+            if cfg.keep_outputs:  # the leak the knob plants: outputs kept across steps, still attached
+                kept.append(out)
             (scaler.scale(loss) if scaler is not None else loss).backward()
         if cfg.sync_loss:
             loss.item()

@@ -36,6 +36,11 @@ RULE_MODULES = (
     "launch_bound",
     "optimizer_not_fused",
     "tensor_core_alignment",
+    "memory_near_full",
+    "memory_growth",
+    "allocator_slack",
+    "ddp_gradient_copies",
+    "memory_headroom",
 )
 
 

@@ -48,6 +48,9 @@ class Claim:
     # GPU-basis pool time the finding explains beyond its claim: taken off the pool after the claim, unclaimed, so a
     # symptom does not claim it again (idle its fix does not remove, which no other finding's fix removes either)
     explains: Take | None = None
+    # A memory finding claims bytes of peak memory (its evidence's ``bytes_at_stake``), never time: apart from the
+    # waterfall. ``memory(finding, config) -> (severity, reason)`` grades it (docs/memory.md).
+    memory: Callable | None = None
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,13 @@ def reference_rank(acc: dict) -> int | None:
 
 
 def _graded(f: Finding, acc: dict, book: _Ledger, config) -> Finding:
+    memory = book.rules[f.id].claim.memory
+    if memory is not None:  # bytes of peak memory, not time: graded by the rule's own memory scale
+        sev, reason = memory(f, config)
+        return replace(f, severity=sev, time_at_stake_us=None,
+                       extra={**f.extra, "severity_reason": reason, "thin_evidence": None,
+                              "bytes_at_stake": (f.evidence or {}).get("bytes_at_stake"),
+                              "claim_rank": f.ranks[0] if f.ranks else None})
     ref = reference_rank(acc)
     per_rank = {r: float(c[f.id].mean()) for r, c in book.claims.items() if f.id in c and len(c[f.id])}
     if not per_rank:

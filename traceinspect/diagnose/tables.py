@@ -24,6 +24,9 @@ def _claim_notes(claim) -> str:
                      "paced count `after` it")
     if claim.explains is not None:
         notes.append(f"explains, unclaimed, the rest of {claim.explains.describe()} (no symptom claims it)")
+    if claim.memory is not None:
+        notes.append("claims bytes of peak memory (`bytes_at_stake`), no time: graded by its own memory scale "
+                     "(docs/memory.md)")
     if claim.symptom:
         notes.append("a symptom: claims last, only what no cause explained, and lists the causes (`explained_by`)")
     return "; ".join(notes)

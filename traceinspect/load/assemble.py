@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import DEFAULT
+from . import instants as _instants
 from . import meta as M
 from .decode import NUM_COLS, RAW_COLS, STR_COLS
 from .files import FileResult
@@ -93,6 +94,7 @@ def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAUL
         order = kept
         frames = []
         other = merged(frs[i].columns.get("unmodelled") for i in order)
+        instants = _instants.frame([(frs[i].columns.get("instants"), (bases[i] - base) / 1000.0) for i in order])
         for w, i in enumerate(order):
             f = frs[i]
             frames.append(_frame(f.columns, w, (bases[i] - base) / 1000.0))
@@ -118,6 +120,8 @@ def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAUL
                 metadata=M.capture_meta(first.meta),
                 windows=len(frs_used),
                 unmodelled=other,
+                instants=instants,
+                device_capacity=M.device_capacities(first.meta),
             )
         )
     return ranks, skipped

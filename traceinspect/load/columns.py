@@ -18,6 +18,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from . import instants as _instants
 from .trace import CATEGORY_KIND
 from .unmodelled import unmodelled
 
@@ -174,12 +175,13 @@ def columns_from_tagged(events: list) -> dict:
     icodes = np.fromiter(map(ident.__getitem__, map(_IDENT, events)), np.int32, m)
     keys = list(ident)
     kind_of = np.fromiter(map(_CAT_LOOKUP, map(_ONE, keys)), np.int16, len(keys)) if keys else np.empty(0, np.int16)
+    found = _instants.from_tagged(events, keys, icodes)
     keep = (kind_of >= 0)[icodes]
     evs = list(compress(events, keep))
     n = len(evs)
     per_key = np.bincount(icodes, minlength=len(keys))
     icodes = icodes[keep]
-    out: dict = {"n": n, "kind": kind_of[icodes].astype(np.uint8)}
+    out: dict = {"n": n, "kind": kind_of[icodes].astype(np.uint8), "instants": found}
     out["unmodelled"] = unmodelled(((k[0], c) for k, c, kk in zip(keys, per_key, kind_of) if kk < 0 and c),
                                    _CAT_LOOKUP)
     out["pid"] = _ints(itemgetter(2), keys, len(keys))[icodes]

@@ -23,6 +23,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from .layout import (PIECE_BYTES, _EVENTS_KEY, Layout, _detect_layout, _split_whole, decode_meta,  # noqa: F401
                      plan_ranges, python_json, read_pieces)  # (the file's layout and pieces: this module's interface)
 from .layout import TOO_DEEP, one_events_array
+from . import instants as _instants
 
 
 _INT_MISSING = -1
@@ -93,10 +94,15 @@ def _tagged_union() -> Any:
     event without one, fails the whole piece, which then takes the untagged decoder."""
     fields = [(attr, typ, default) for attr, typ, default in EVENT_FIELDS if attr != "ph"] + [("args", Args, Args())]
     complete = msgspec.defstruct("Complete", fields, gc=False, tag_field="ph", tag="X")
+    # An instant event keeps its name, thread, time and the allocator's figures (load/instants.py); its category
+    # stays None on the class, so the columns of complete events never take it.
+    inst = [(attr, typ, default) for attr, typ, default in EVENT_FIELDS if attr in ("name", "pid", "tid", "ts")]
+    instant = msgspec.defstruct("Instant", inst + [("args", _instants.MemoryArgs, _instants.MemoryArgs())], gc=False,
+                                tag_field="ph", tag="i", namespace={"cat": None})
     others = [msgspec.defstruct(f"Phase{i}", [], gc=False, tag_field="ph", tag=ph,
                                 namespace={"cat": None, "name": None, "pid": None, "tid": None})
-              for i, ph in enumerate(_OTHER_PHASES)]
-    return Union[tuple([complete, *others])]  # noqa: UP007 - a union built at run time
+              for i, ph in enumerate(_OTHER_PHASES) if ph != "i"]
+    return Union[tuple([complete, instant, *others])]  # noqa: UP007 - a union built at run time
 
 
 _OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
@@ -133,11 +139,11 @@ def _decode_array(data) -> dict:
     except msgspec.DecodeError as exc:
         return _decode_python(data, exc)
     try:
-        return columns_from_events(_STRICT.decode(data))
+        return _with_instants(columns_from_events(_STRICT.decode(data)), data)
     except msgspec.ValidationError:
         pass
     try:
-        return columns_from_events(_LOOSE.decode(data), loose=True)
+        return _with_instants(columns_from_events(_LOOSE.decode(data), loose=True), data)
     except msgspec.ValidationError:
         pass
     # Some event has a field of a shape no event has (args a number, an event that is a string...): decode each
@@ -153,7 +159,13 @@ def _decode_array(data) -> dict:
                 continue
             events.append(LooseEvent(ph=ev.ph, cat=ev.cat, name=ev.name, pid=ev.pid, tid=ev.tid, ts=ev.ts,
                                      dur=ev.dur))
-    return columns_from_events(events, loose=True)
+    return _with_instants(columns_from_events(events, loose=True), data)
+
+
+def _with_instants(cols: dict, data) -> dict:
+    """The slower paths' columns with the piece's memory instants (load/instants.py), read in a second look."""
+    cols["instants"] = _instants.from_bytes(data)
+    return cols
 
 
 def _decode_python(data, exc: msgspec.DecodeError) -> dict:
@@ -169,6 +181,7 @@ def python_events(events: list) -> dict:
     """Columns of events read by Python's reader. Each event is converted alone, so one of an odd shape loses only
     itself; non-finite times are then dropped like any impossible time (load/columns.py)."""
     out = []
+    found = _instants.from_python(events)
     for e in events:
         args = e.get("args") if isinstance(e, dict) else None
         for _, key in RAW_ARG_FIELDS if isinstance(args, dict) else ():
@@ -182,7 +195,9 @@ def python_events(events: list) -> dict:
             except msgspec.ValidationError:
                 continue
             out.append(LooseEvent(ph=ev.ph, cat=ev.cat, name=ev.name, pid=ev.pid, tid=ev.tid, ts=ev.ts, dur=ev.dur))
-    return columns_from_events(out, loose=True)
+    cols = columns_from_events(out, loose=True)
+    cols["instants"] = found
+    return cols
 
 
 def meta_events(events_json: bytes) -> list[_MetaEvent]:

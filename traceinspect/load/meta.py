@@ -129,3 +129,20 @@ def device_info(meta: dict, device_id: int | None) -> tuple[str | None, tuple[in
     chosen = next((p for p in props if device_id is not None and as_int(p.get("id")) == device_id), props[0])
     major, minor = as_int(chosen.get("computeMajor")), as_int(chosen.get("computeMinor"))
     return as_str(chosen.get("name")), ((major, minor or 0) if major is not None else None)
+
+
+# No device has a petabyte of memory: a larger ``totalGlobalMem`` is a damaged value, not a capacity.
+_MAX_DEVICE_BYTES = 1 << 50
+
+
+def device_capacities(meta: dict) -> dict[int, int]:
+    """Device id -> its memory in bytes (``deviceProperties[].totalGlobalMem``), for the entries whose id and size
+    are plausible integers."""
+    out: dict[int, int] = {}
+    for p in as_list(meta.get("deviceProperties")):
+        if not isinstance(p, dict):
+            continue
+        i, total = as_int(p.get("id")), as_int(p.get("totalGlobalMem"))
+        if i is not None and i >= 0 and total is not None and 0 < total < _MAX_DEVICE_BYTES:
+            out[i] = total
+    return out

@@ -24,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from . import instants as _instants
 from .columns import NUM_COLS, RAW_COLS, STR_COLS
 from .limits import Limits
 from .unmodelled import merged
@@ -55,6 +56,7 @@ def concat_pieces(pieces: list[dict]) -> dict:
             out[col] = None
     out["n"] = n
     out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
+    out["instants"] = _instants.concat(p.get("instants") for p in pieces)
     return out
 
 
@@ -71,6 +73,7 @@ class ColumnSink:
         self.tables: dict[str, dict] = {c: {} for c in STR_COLS}
         self.raw: dict[str, list] = {c: [] for c in RAW_COLS}
         self.unmodelled: list = []  # each piece's counts of events no analysis models (load/unmodelled.py)
+        self.instants: list = []  # each piece's memory instants (load/instants.py), held: a few columns a row
         self.n = 0
 
     def add(self, piece: dict) -> None:
@@ -103,6 +106,7 @@ class ColumnSink:
         for col in RAW_COLS:
             self.raw[col].append((piece["n"], piece.pop(col)))
         self.unmodelled.append(piece.get("unmodelled"))
+        self.instants.append(piece.get("instants"))
         self.n += piece["n"]
 
     def _write(self, col: str, arr: np.ndarray) -> None:
@@ -130,6 +134,7 @@ class ColumnSink:
                 out[col] = None
         out["n"] = self.n
         out["unmodelled"] = merged(self.unmodelled)
+        out["instants"] = _instants.concat(self.instants)
         self.files = {}
         return out
 

@@ -89,6 +89,11 @@ class RankTrace:
     windows: int = 1
     # Complete events of a category no analysis models (load/unmodelled.py): category -> count, over its windows.
     unmodelled: dict = field(default_factory=dict)
+    # The allocator's memory events and failed allocations (load/instants.py), in time order; None when the trace
+    # was recorded without profile_memory.
+    instants: pd.DataFrame | None = None
+    # Device id -> its memory in bytes (``deviceProperties[].totalGlobalMem``); empty where the trace has none.
+    device_capacity: dict = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:

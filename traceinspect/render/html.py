@@ -109,6 +109,30 @@ def _waterfall(d: dict) -> dict | None:
     return {"rank": w["rank"], "bars": bars}
 
 
+def _memory(d: dict) -> list[dict]:
+    """Per rank with memory events: its headline, the per-step table, what holds the peak, the predictions."""
+    from . import memory as mem
+
+    missing = mem.not_recorded(d)
+    if missing:
+        return [{"headline": missing, "tables": [], "notes": []}]
+    out = []
+    for r in d.get("ranks") or []:
+        m = r.get("memory")
+        line = mem.headline(r)
+        if not line:
+            continue
+        tables = []
+        if m:
+            tables = [{"head": mem.STEP_HEAD, "rows": mem.step_rows(m)},
+                      {"head": mem.HOLDER_HEAD, "rows": mem.holder_rows(m)}]
+            if m.get("predicted"):
+                tables.append({"head": mem.PREDICT_HEAD, "rows": mem.predict_rows(m)})
+        notes = [x for x in (mem.accumulation_line(m) if m else None, mem.note(m) if m else None) if x]
+        out.append({"headline": line, "tables": tables, "notes": notes})
+    return out
+
+
 def _plots(d: dict) -> list[dict]:
     from .plots import figures, png_bytes
 
@@ -143,6 +167,7 @@ def render_html(d: dict, rep=None) -> str:
         synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(d) else "",
         missing_ranks=fmt.ranges(d["missing_ranks"]) if d.get("missing_ranks") else "",
         utilization=[(rk, u) for rk, u in util if u],
+        memory=_memory(d),
         skipped=[(safe.path(s["file"]), safe.path(s["reason"])) for s in d.get("skipped") or []],
         errors=sections.errors(d),
         schema=d.get("schema"),

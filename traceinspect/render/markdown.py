@@ -56,6 +56,30 @@ def finding_lines(f: dict) -> list[str]:
     return out + ["Fix:", ""] + safe.code_fence(sections.fix_lines(f), "python") + [""]
 
 
+def _memory(d: dict) -> list[str]:
+    from . import memory as mem
+
+    ranks = [(r, mem.headline(r)) for r in d["ranks"]]
+    ranks = [(r, h) for r, h in ranks if h]
+    missing = mem.not_recorded(d)
+    if missing:
+        return ["## Memory", "", md(missing), ""]
+    if not ranks:
+        return []
+    out = ["## Memory", ""]
+    for r, h in ranks:
+        out += [md(h), ""]
+        m = r.get("memory")
+        if not m:
+            continue
+        for head, rows in ((mem.STEP_HEAD, mem.step_rows(m)), (mem.HOLDER_HEAD, mem.holder_rows(m)),
+                           (mem.PREDICT_HEAD, mem.predict_rows(m))):
+            if rows:
+                out += table(head, rows)
+        out += [md(n) + "\n" for n in (mem.accumulation_line(m), mem.note(m)) if n]
+    return out
+
+
 def render_markdown(d: dict, plots: list[str] | None = None) -> str:
     """The report as Markdown; ``plots``: PNG file names beside the .md file to show after the findings' summary."""
     n = d.get("ranks_analyzed", len(d["ranks"]))
@@ -90,6 +114,7 @@ def render_markdown(d: dict, plots: list[str] | None = None) -> str:
     if util:
         out += ["## nvidia-smi view", "", "What GPU-Util would have shown (docs/utilization.md).", ""]
         out += [f"- rank {rk}: {md(u)}" for rk, u in util] + [""]
+    out += _memory(d)
     if d.get("errors"):
         out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(d)] + [""]
     if d["skipped"]:

@@ -106,6 +106,39 @@ def _utilization(d: dict, console: Console) -> None:
         console.print(plain(f"  rank {rk}: {u}"))
 
 
+def _memory(d: dict, console: Console) -> None:
+    from . import memory as mem
+
+    lines = [(r, mem.headline(r)) for r in d["ranks"]]
+    lines = [(r, h) for r, h in lines if h]
+    missing = mem.not_recorded(d)
+    if missing:
+        console.print()
+        console.print(plain(f"Memory: {missing}", style="dim"))
+    if not lines:
+        return
+    console.print()
+    console.print(plain("Memory (docs/memory.md)", style="bold"))
+    for r, h in lines:
+        console.print(plain(f"  {h}"))
+        m = r.get("memory")
+        if not m:
+            continue
+        for head, rows in ((mem.STEP_HEAD, mem.step_rows(m)), (mem.HOLDER_HEAD, mem.holder_rows(m, 6)),
+                           (mem.PREDICT_HEAD, mem.predict_rows(m))):
+            if not rows:
+                continue
+            t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 2))
+            for i, h2 in enumerate(head):
+                t.add_column(h2, justify="left" if i < (3 if head is mem.HOLDER_HEAD else 1) else "right")
+            for row in rows:
+                t.add_row(*(plain(c) for c in row))
+            console.print(t)
+        for n in (mem.accumulation_line(m), mem.note(m)):
+            if n:
+                console.print(plain(f"  {n}", style="dim"))
+
+
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
@@ -120,6 +153,7 @@ def render(d: dict, console: Console) -> None:
     _findings(d, console)
     _ranks(d, console)
     _utilization(d, console)
+    _memory(d, console)
     if d.get("errors"):
         console.print()
         for e in sections.errors(d):

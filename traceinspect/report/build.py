@@ -158,7 +158,15 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         timeline=timeline_doc(ra),
         setup=setup_doc(getattr(ra, "setup", None)),
         unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
+        **_memory_fields(ra),
     )
+
+
+def _memory_fields(ra) -> dict:
+    from .memory_doc import memory_doc
+
+    doc, reason = memory_doc(ra)
+    return {"memory": doc} if doc is not None else {"memory": None, "memory_reason": reason}
 
 
 def setup_doc(setup) -> SetupDoc | None:

@@ -204,6 +204,90 @@ class SetupDoc(Struct, kw_only=True):
     not_recorded: list[str]
 
 
+class MemoryStepDoc(Struct, kw_only=True):
+    """One step's device memory (docs/memory.md): bytes after the allocator's events, exact."""
+
+    step: int
+    start_allocated_bytes: int | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None  # null: the allocator reports no reserved bytes (host memory)
+    end_allocated_bytes: int | None
+    peak_at_us: Num  # when the peak happened, from the step's start
+    slack_at_peak_bytes: int | None  # reserved - allocated at the peak
+    fixed_at_peak_bytes: int | None  # what does not grow with the batch, at the peak
+    scaling_at_peak_bytes: int | None  # what grows with the batch (this step's activations), at the peak
+    host_peak_allocated_bytes: int | None  # the host allocator's peak in the step (device runs only)
+
+
+class MemoryHolderDoc(Struct, kw_only=True):
+    """Allocations alive at the peak: when they were made (``origin``), in which phase, by which top-level op."""
+
+    origin: str  # "this step" | "earlier step" | "before the recording"
+    phase: str  # forward | backward | optimizer | other ("" before the recording)
+    op: str
+    bytes: int
+    count: int
+
+
+class MemoryLeakDoc(Struct, kw_only=True):
+    """Allocations a step made that the recording never saw freed (steps before the last)."""
+
+    step: int
+    phase: str
+    op: str
+    bytes: int
+    count: int
+
+
+class MemoryPredictionDoc(Struct, kw_only=True):
+    """The predicted peak at a physical batch (docs/memory.md); ``fits``: within the device less what the
+    allocator does not see (null: no capacity known); ``measured``: the batch the trace ran."""
+
+    batch: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    fits: bool | None
+    measured: bool
+
+
+class AccumulationOptionDoc(Struct, kw_only=True):
+    """A (physical batch, accumulation steps) pair that keeps the run's logical batch exactly."""
+
+    batch: int
+    accum_steps: int
+    logical_batch: int
+    peak_allocated_bytes: int
+    fits: bool | None
+    current: bool
+
+
+class MemoryDoc(Struct, omit_defaults=True, kw_only=True):
+    """A rank's device memory (docs/memory.md). Bytes are exact; null where not known."""
+
+    device_type: int  # the allocator's device type: 0 host (CPU-only run), 1 CUDA, 6 HIP (ROCm)
+    device_id: int
+    capacity_bytes: int | None  # deviceProperties[].totalGlobalMem
+    peak_allocated_bytes: int | None  # the largest of the steps'
+    peak_reserved_bytes: int | None
+    peak_share: Num  # peak reserved over capacity
+    unseen_bytes: int  # device memory the allocator does not see (context, NCCL, other processes)
+    unseen_source: str  # "capture" (total - free - reserved when the capture began) | "assumed" (a setting)
+    reserved_ratio: Num  # reserved / allocated at the peak: the allocator's slack a prediction keeps
+    alloc_conf: str | None  # PYTORCH_CUDA_ALLOC_CONF as the capture recorded it
+    oom_events: int  # [OutOfMemory] events: allocations that failed
+    steps: list[MemoryStepDoc]
+    peak_holders: list[MemoryHolderDoc]  # what holds the largest peak, the largest first (12 rows at most)
+    leaks: list[MemoryLeakDoc]
+    growth_bytes_per_step: Num  # mean change of end_allocated from step to step
+    batch_size: int | None  # samples per micro-batch on this rank
+    batch_source: str | None
+    accumulation_steps: int | None
+    max_batch_predicted: int | None  # the largest physical batch predicted to fit
+    predicted: list[MemoryPredictionDoc]
+    accumulation_options: list[AccumulationOptionDoc]
+    reasons: list[str]  # why a number is null
+
+
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
     rank: int
     world_size: int | None
@@ -229,6 +313,9 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     # Events of a category no analysis models (another device's, a newer activity type): category -> count. Absent
     # when there are none (docs/metrics.md, "Events not modelled").
     unmodelled: dict[str, int] | UnsetType = UNSET
+    # Device memory (docs/memory.md); null with ``memory_reason`` when the trace has no memory events.
+    memory: MemoryDoc | None | UnsetType = UNSET
+    memory_reason: str | UnsetType = UNSET
 
 
 class FindingDoc(Struct, omit_defaults=True, kw_only=True):
@@ -252,6 +339,7 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
     loader_bound: LoaderBoundDoc | UnsetType = UNSET  # the claim beyond the measured loader's pace, cut off
     after_loader_fix: AfterFixDoc | UnsetType = UNSET  # saved only once the DataLoader keeps up (paced steps)
+    bytes_at_stake: int | None | UnsetType = UNSET  # a memory finding: bytes of peak memory its fix frees
 
 
 class SkippedDoc(Struct):

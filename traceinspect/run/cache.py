@@ -38,7 +38,7 @@ import msgspec
 from ..config import Config
 from .cache_store import Refused, Store, closing_fd, open_store
 
-FORMAT = 4  # bump when an entry's layout changes: older entries are then never looked up (their folder is removed)
+FORMAT = 5  # bump when an entry's layout changes: older entries are then never looked up (their folder is removed)
 ENV = "TRACEINSPECT_CACHE_DIR"
 _META = b"traceinspect"  # the Parquet schema metadata key holding a column entry's JSON side
 _PKG = Path(__file__).resolve().parents[1]
@@ -308,10 +308,15 @@ class _ColumnsMeta(msgspec.Struct):
     meta: dict[str, Any]
     bytes: int
     file: str
+    instants: int = 0  # rows of the file's memory instants, kept in their own entry (``_instants_name``)
 
 
 def _cols_name(path: Path) -> str:
     return f"cols-{_key(path)}.parquet"
+
+
+def _instants_name(path: Path) -> str:
+    return f"inst-{_key(path)}.parquet"
 
 
 def has_columns(path: Path, config: Config) -> bool:
@@ -326,7 +331,7 @@ def has_columns(path: Path, config: Config) -> bool:
 
 
 def get(path: Path, config: Config):
-    from .cache_tables import columns_from_table, safe_table
+    from .cache_tables import columns_from_table, instants_from_table, safe_table
 
     try:
         name = _cols_name(path)
@@ -341,19 +346,29 @@ def get(path: Path, config: Config):
         info = msgspec.json.decode(table.schema.metadata[_META], type=_ColumnsMeta)
         if info.file != str(path):  # an entry of another file: a miss
             return None
-        return columns_from_table(str(path), table, info.meta, info.bytes)
+        result = columns_from_table(str(path), table, info.meta, info.bytes)
+        if info.instants:  # the memory instants' entry must be there and hold as many rows, else a miss
+            inst = _read(config, _instants_name(path), limit)
+            if inst is None:
+                return None
+            result.columns["instants"] = instants_from_table(safe_table(inst, rows, nbytes), info.instants)
+        return result
     except Exception:  # a damaged or foreign entry is a miss, never an error
         return None
 
 
 def put(path: Path, result, config: Config) -> None:
-    from .cache_tables import columns_to_parquet
+    from .cache_tables import columns_to_parquet, instants_to_parquet
 
     try:
         name = _cols_name(path)
     except OSError:
         return
-    info = msgspec.json.encode(_ColumnsMeta(meta=result.meta, bytes=result.nbytes, file=str(path)))
+    inst = result.columns.get("instants")
+    rows = len(inst["ts"]) if inst is not None else 0
+    if rows:  # written first: a columns entry that names instants finds them
+        _write(config, _instants_name(path), instants_to_parquet(inst))
+    info = msgspec.json.encode(_ColumnsMeta(meta=result.meta, bytes=result.nbytes, file=str(path), instants=rows))
     _write(config, name, columns_to_parquet(result.columns, {_META: info}))
 
 

@@ -90,6 +90,23 @@ def columns_from_table(path: str, table, meta: dict, nbytes: int):
     return FileResult(path=path, meta=meta, columns=cols, nbytes=nbytes)
 
 
+def instants_to_parquet(inst: dict) -> bytes:
+    import pyarrow as pa
+
+    from ..load.instants import INSTANT_COLS
+
+    return _parquet(pa.table({c: pa.array(inst[c]) for c in INSTANT_COLS}))
+
+
+def instants_from_table(table, rows: int) -> dict:
+    """The memory instants' columns of their entry; an entry of another length or other columns raises (a miss)."""
+    from ..load.instants import INSTANT_COLS
+
+    if table.num_rows != rows or set(table.column_names) != set(INSTANT_COLS):
+        raise ValueError("memory instants entry does not match its columns entry")
+    return {c: table.column(c).to_numpy() for c in INSTANT_COLS}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # A rank's analysis: its scalar fields as JSON, its step table and tables as Parquet inside the same JSON entry
 

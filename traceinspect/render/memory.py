@@ -1,0 +1,101 @@
+"""The memory section of every page (docs/memory.md): what each renderer shows of ``ranks[].memory``, as plain
+lines and tables of strings; the text, Markdown and HTML renderers lay them out. Nothing is computed here: every
+number is a field of the report."""
+
+from __future__ import annotations
+
+from . import safe
+
+MB = 1e6
+GB = 1e9
+
+
+def size(nbytes) -> str:
+    """Bytes in GB or MB (decimal, as every byte figure of the report); "-" for unknown."""
+    if nbytes is None:
+        return "-"
+    return f"{nbytes / GB:.2f} GB" if abs(nbytes) >= GB else f"{nbytes / MB:.1f} MB"
+
+
+def not_recorded(d: dict) -> str | None:
+    """One line for a report none of whose ranks recorded memory events: why, and how to record them."""
+    ranks = d.get("ranks") or []
+    if not ranks or any(r.get("memory") for r in ranks):
+        return None
+    reason = next((r.get("memory_reason") for r in ranks if r.get("memory_reason")), None)
+    return f"not recorded: {reason}" if reason else None
+
+
+def headline(r: dict) -> str | None:
+    """One line per rank with memory events: the peak, the capacity and its share, the batch and the largest batch
+    that fits."""
+    m = r.get("memory")
+    if m is None:
+        return None
+    cap = m.get("capacity_bytes")
+    peak_r, peak_a = m.get("peak_reserved_bytes"), m.get("peak_allocated_bytes")
+    where = "host" if m.get("device_type") == 0 else f"device {m.get('device_id')}"
+    parts = [f"rank {r['rank']} ({where}): peak {size(peak_a)} allocated"]
+    if peak_r is not None:
+        parts[0] += f", {size(peak_r)} reserved"
+    if cap:
+        parts.append(f"of {size(cap)} ({100 * (m.get('peak_share') or 0):.0f} %)")
+    b = m.get("batch_size")
+    if b:
+        accum = m.get("accumulation_steps")
+        parts.append(f"batch {b}" + (f" x {accum} accumulation steps" if accum and accum > 1 else ""))
+        mx = m.get("max_batch_predicted")
+        if mx is not None:
+            parts.append(f"largest batch predicted to fit {mx}")
+    if m.get("oom_events"):
+        parts.append(f"{m['oom_events']} failed allocation(s) ([OutOfMemory])")
+    growth = m.get("growth_bytes_per_step")
+    if growth and abs(growth) >= MB:
+        parts.append(f"grows {size(growth)} a step")
+    return "; ".join(parts)
+
+
+STEP_HEAD = ["step", "start", "peak alloc", "peak at ms", "peak reserved", "slack", "end", "scales w/ batch"]
+
+
+def step_rows(m: dict) -> list[list[str]]:
+    return [[str(s["step"]), size(s.get("start_allocated_bytes")), size(s.get("peak_allocated_bytes")),
+             "-" if s.get("peak_at_us") is None else f"{s['peak_at_us'] / 1000:.2f}",
+             size(s.get("peak_reserved_bytes")), size(s.get("slack_at_peak_bytes")), size(s.get("end_allocated_bytes")),
+             size(s.get("scaling_at_peak_bytes"))] for s in m.get("steps", [])]
+
+
+HOLDER_HEAD = ["held at the peak", "phase", "op", "bytes", "allocations"]
+
+
+def holder_rows(m: dict, limit: int = 8) -> list[list[str]]:
+    return [[h["origin"], h["phase"] or "-", safe.one_line(h["op"]) or "-", size(h["bytes"]),
+             str(h["count"]) if h["count"] else "-"] for h in m.get("peak_holders", [])[:limit]]
+
+
+PREDICT_HEAD = ["batch", "predicted peak alloc", "with slack", "fits"]
+
+
+def predict_rows(m: dict) -> list[list[str]]:
+    rows = []
+    for p in m.get("predicted", []):
+        fits = "-" if p.get("fits") is None else ("yes" if p["fits"] else "no")
+        rows.append([str(p["batch"]) + (" (measured)" if p.get("measured") else ""), size(p["peak_allocated_bytes"]),
+                     size(p["peak_reserved_bytes"]), fits])
+    return rows
+
+
+def accumulation_line(m: dict) -> str | None:
+    opts = [a for a in m.get("accumulation_options", []) if a.get("fits") is not False]
+    if not opts:
+        return None
+    logical = opts[0]["logical_batch"]
+    pairs = ", ".join(f"{a['batch']} x {a['accum_steps']}" + (" (now)" if a.get("current") else "") for a in opts)
+    return f"batch x accumulation steps that keep the logical batch of {logical} and fit: {pairs}"
+
+
+def note(m: dict) -> str:
+    src = ("recorded by the capture" if m.get("unseen_source") == "capture"
+           else "assumed (memory_unseen_bytes): the capture did not record the device's free memory")
+    return (f"Unseen by the allocator (CUDA context, NCCL buffers, other processes): {size(m.get('unseen_bytes'))}, "
+            f"{src}. Predictions: docs/memory.md.")
