@@ -112,7 +112,8 @@ def physical_batch(metadata: dict, steps: pd.DataFrame) -> tuple[int | None, str
     if b is not None:
         return b, "recorded shapes: leading dimension of the model's first input op"
     if "input_batch" not in steps or not steps["input_batch"].notna().any():
-        return None, ("no batch size in the capture metadata and no recorded input shapes to read it from"
+        return None, ("no batch size in the capture metadata, and record_shapes was off: no input shapes to read it "
+                      "from"
                       if "model_flops" not in steps or not steps["model_flops"].notna().any() else
                       "no batch size in the capture metadata and no model input op (embedding, linear, matmul, "
                       "convolution) with shapes in the steps")
@@ -190,9 +191,11 @@ def rank_throughput(ra) -> Throughput:
         seq = per_micro / in_batch  # tokens per sample: the token ids' second dimension
         tokens = (batch or in_batch) * seq * accum
     else:
-        reasons["tokens_per_step"] = ("the model's input is not integer token ids of shape [batch, seq] "
-                                      "(no aten::embedding of such indices first in the step)"
-                                      if accum else reasons.get("accum_steps", ""))
+        no_shapes = status is not None and len(status) and not bool(status["shapes_recorded"].iloc[0])
+        reasons["tokens_per_step"] = (
+            status["reason"].iloc[0] if no_shapes else
+            "the model's input is not integer token ids of shape [batch, seq] (no aten::embedding of such indices "
+            "first in the step)" if accum else reasons.get("accum_steps", ""))
 
     flops = _mean(steps, "model_flops")
     if flops is None:
