@@ -17,7 +17,7 @@ import functools
 
 import jinja2
 
-from . import format as fmt, safe, sections, waterfall
+from . import format as fmt, safe, sections, throughput as thr, waterfall
 from .vocabulary import SYNTHETIC_NOTE, breakdown, color as _color
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
@@ -109,6 +109,14 @@ def _waterfall(d: dict) -> dict | None:
     return {"rank": w["rank"], "bars": bars}
 
 
+def _throughput(d: dict) -> dict | None:
+    """The throughput section: the job's line, and per rank its figures and roofline rows (``render/throughput``)."""
+    if not thr.has_any(d):
+        return None
+    ranks = [{"rank": r["rank"], "lines": thr.rank_lines(r), "rows": thr.roofline_rows(r)} for r in d["ranks"]]
+    return {"job": thr.job_lines(d), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
+
+
 def _plots(d: dict) -> list[dict]:
     from .plots import figures, png_bytes
 
@@ -143,6 +151,7 @@ def render_html(d: dict, rep=None) -> str:
         synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(d) else "",
         missing_ranks=fmt.ranges(d["missing_ranks"]) if d.get("missing_ranks") else "",
         utilization=[(rk, u) for rk, u in util if u],
+        throughput=_throughput(d),
         skipped=[(safe.path(s["file"]), safe.path(s["reason"])) for s in d.get("skipped") or []],
         errors=sections.errors(d),
         schema=d.get("schema"),
