@@ -21,6 +21,22 @@ def _tera(flops) -> str:
     return f"{fmt.number(flops / scale)} {unit}"
 
 
+def _rate(tflops) -> str:
+    """TFLOP/s in the unit that keeps the number readable (TFLOP/s, GFLOP/s, MFLOP/s)."""
+    return fmt.DASH if tflops is None else _tera(tflops * 1e12) + "/s"
+
+
+def _gpu_time(hours) -> str:
+    """GPU time in hours, minutes or seconds, whichever keeps the number at 1 or more."""
+    if hours is None:
+        return fmt.DASH
+    if hours >= 1:
+        return f"{fmt.number(hours)} GPU-hours"
+    if hours * 60 >= 1:
+        return f"{fmt.number(hours * 60)} GPU-minutes"
+    return f"{fmt.number(hours * 3600)} GPU-seconds"
+
+
 def _value(t: dict, key: str, text: str) -> str:
     """The formatted value, or ``-`` with the reason it is not known."""
     if t.get(key) is not None:
@@ -35,13 +51,13 @@ def _figures(t: dict) -> list[str]:
     if t.get("peak_tflops") is not None:
         peak = f" of {t.get('peak_device')} {t.get('precision')} {fmt.number(t['peak_tflops'], 4)} TFLOP/s"
     return [
-        "samples/s " + _value(t, "samples_per_s", fmt.number(t.get("samples_per_s"))),
-        "tokens/s " + _value(t, "tokens_per_s", fmt.number(t.get("tokens_per_s"))),
+        "samples/s " + _value(t, "samples_per_s", fmt.number(t.get("samples_per_s"), 4)),
+        "tokens/s " + _value(t, "tokens_per_s", fmt.number(t.get("tokens_per_s"), 4)),
         "model FLOPs per step " + _value(t, "model_flops_per_step", _tera(t.get("model_flops_per_step"))),
-        "achieved " + _value(t, "achieved_tflops", f"{fmt.number(t.get('achieved_tflops'))} TFLOP/s"),
+        "achieved " + _value(t, "achieved_tflops", _rate(t.get("achieved_tflops"))),
         "MFU " + _value(t, "mfu", f"{fmt.pct(mfu, 2)}{peak}"),
-        "GPU-hours per million samples " + _value(t, "gpu_hours_per_million_samples",
-                                                  fmt.number(t.get("gpu_hours_per_million_samples"))),
+        "GPU time per million samples " + _value(t, "gpu_hours_per_million_samples",
+                                                 _gpu_time(t.get("gpu_hours_per_million_samples"))),
     ]
 
 
