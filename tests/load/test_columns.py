@@ -60,6 +60,7 @@ def reference(path: Path) -> dict:
         shapes = kind <= 1 and C._SHAPE_OPS.search(name) is not None
         row["in_dims"] = a.get("Input Dims") if shapes else None
         row["in_types"] = a.get("Input type") if shapes else None
+        row["in_concrete"] = a.get("Concrete Inputs") if shapes else None
         rows.append(row)
     return rows
 

@@ -39,11 +39,17 @@ def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | No
     parts = fan_out(thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
     tables: dict[str, pd.DataFrame] = {}
     errors: list[str] = []
+    added: dict = {}
     for p in parts:
         tables.update(p.tables)
         for c, v in p.columns.items():
-            table[c] = v
+            if c in table:
+                table[c] = v
+            else:
+                added[c] = v
         errors.extend(p.errors)
+    if added:  # joined at once: a column at a time fragments a frame of a hundred columns
+        table = pd.concat([table, pd.DataFrame(added, index=table.index)], axis=1)
     setup = _setup(rank, table, tables, errors)
     return RankAnalysis(
         rank=rank.rank,
@@ -109,8 +115,8 @@ def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, config: Config)
 # Per-rank analyses, each a module with ``rank_part(rank, steps, table, config) -> RankPart``. They read the
 # events and the base step table ``table`` (never each other's output, never changing ``table``), so they may run
 # side by side.
-RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle", "model_parallel", "issue",
-                   "memory")
+RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle", "model_parallel", "issue", "flops",
+                   "batch", "memory")
 
 
 def _rank_parts():

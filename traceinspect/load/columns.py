@@ -29,7 +29,7 @@ _I64 = 1 << 63
 NUM_COLS = ("kind", "pid", "tid", "ts", "dur", "corr", "ext", "stream", "bytes", "in_nelems", "out_nelems",
             "group_size", "seq")
 STR_COLS = ("name", "dtype", "coll", "pg")
-RAW_COLS = ("in_dims", "in_types")
+RAW_COLS = ("in_dims", "in_types", "in_concrete")
 _CAT = {k: int(v) for k, v in CATEGORY_KIND.items()}
 
 
@@ -90,9 +90,10 @@ def _loose_cat(cat) -> int:
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 
 # CPU ops and annotations whose input shapes / dtypes the analyses read: matrix multiplies, convolutions and
-# attention (precision, alignment), and collectives (message sizes where no record_param_comms carries them).
+# attention (precision, alignment, FLOPs), embeddings (the batch and its tokens), and collectives (message sizes where
+# no record_param_comms carries them).
 _SHAPE_OPS = re.compile(
-    r"mm|matmul|linear|conv|attention|einsum|"
+    r"mm|matmul|linear|conv|attention|einsum|embedding|"
     r"nccl|rccl|gloo|c10d|record_param_comms|all_?reduce|broadcast|all_?gather|reduce_?scatter|all_?to_?all|"
     r"send|recv|barrier",
     re.IGNORECASE,
@@ -157,7 +158,8 @@ def _floats(get, items: list, n: int) -> np.ndarray:
 
 _G = {name: attrgetter(name) for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "ext",
                                           "ext_lc", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq",
-                                          "dtype", "coll", "pg", "in_dims", "in_types")}
+                                          "dtype", "coll", "pg", "in_dims", "in_types",
+                                          "in_concrete")}
 _IDENT = attrgetter("cat", "name", "pid", "tid")
 _RARE_INTS = ("stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq")
 _RARE_STRS = ("dtype", "coll", "pg")
@@ -258,7 +260,7 @@ def _finish(out: dict, args: list) -> dict:
     """Old step spelling, impossible times dropped, shapes of the ops that need them."""
     _old_steps_as_annotations(out)
     n = out["n"]
-    # Shapes and dtypes are kept only for matrix ops (the precision and alignment analyses), as JSON text.
+    # Shapes, dtypes and scalar arguments are kept only for the ops that need them (``_SHAPE_OPS``), as JSON text.
     codes, table = out["name"]
     wanted = np.array([_wants_shapes(t) for t in table] + [False])[codes] & (out["kind"] <= 1)
     rows = np.flatnonzero(wanted)

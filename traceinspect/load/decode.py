@@ -47,7 +47,8 @@ ARG_FIELDS = (
     ("coll", "Collective name", str | None, None),
     ("pg", "Process Group Name", str | None, None),
 )
-RAW_ARG_FIELDS = (("in_dims", "Input Dims"), ("in_types", "Input type"))  # kept as raw JSON in both
+RAW_ARG_FIELDS = (("in_dims", "Input Dims"), ("in_types", "Input type"),  # kept as raw JSON in both
+                  ("in_concrete", "Concrete Inputs"))
 EVENT_FIELDS = (
     ("ph", str, ""), ("cat", str, ""), ("name", str, ""), ("pid", int | str, _INT_MISSING),
     ("tid", int | str, _INT_MISSING), ("ts", float, 0.0), ("dur", float, 0.0),

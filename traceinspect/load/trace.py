@@ -23,6 +23,7 @@ coll       category  ``args["Collective name"]``
 pg         category  ``args["Process Group Name"]``
 in_dims    object    ``args["Input Dims"]`` as JSON text (only with ``record_shapes``), else None
 in_types   object    ``args["Input type"]`` as JSON text, else None
+in_concrete object   ``args["Concrete Inputs"]`` (scalar and list arguments: stride, is_causal...) as JSON text, else None
 window     int16     index of the file (active window) of this rank the event came from
 ========== ========= ===========================================================================================
 
@@ -70,7 +71,7 @@ GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq")
 CAT_COLUMNS = ("name", "dtype", "coll", "pg")
-TEXT_COLUMNS = ("in_dims", "in_types")
+TEXT_COLUMNS = ("in_dims", "in_types", "in_concrete")
 
 
 @dataclass

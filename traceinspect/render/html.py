@@ -17,7 +17,7 @@ import functools
 
 import jinja2
 
-from . import format as fmt, safe, sections, waterfall
+from . import format as fmt, safe, sections, throughput as thr, waterfall
 from .vocabulary import SYNTHETIC_NOTE, breakdown, color as _color
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
@@ -131,6 +131,12 @@ def _memory(d: dict) -> list[dict]:
         notes = [x for x in (mem.accumulation_line(m) if m else None, mem.note(m) if m else None) if x]
         out.append({"headline": line, "tables": tables, "notes": notes})
     return out
+def _throughput(d: dict) -> dict | None:
+    """The throughput section: the job's line, and per rank its figures and roofline rows (``render/throughput``)."""
+    if not thr.has_any(d):
+        return None
+    ranks = [{"rank": r["rank"], "lines": thr.rank_lines(r), "rows": thr.roofline_rows(r)} for r in d["ranks"]]
+    return {"job": thr.job_lines(d), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
 
 
 def _plots(d: dict) -> list[dict]:
@@ -168,6 +174,7 @@ def render_html(d: dict, rep=None) -> str:
         missing_ranks=fmt.ranges(d["missing_ranks"]) if d.get("missing_ranks") else "",
         utilization=[(rk, u) for rk, u in util if u],
         memory=_memory(d),
+        throughput=_throughput(d),
         skipped=[(safe.path(s["file"]), safe.path(s["reason"])) for s in d.get("skipped") or []],
         errors=sections.errors(d),
         schema=d.get("schema"),

@@ -8,7 +8,7 @@ and ``# heading``, a pipe or backticks shows as written and cannot add a heading
 
 from __future__ import annotations
 
-from . import format as fmt, safe, sections, waterfall
+from . import format as fmt, safe, sections, throughput, waterfall
 
 md = safe.markdown
 code = safe.code_span
@@ -109,6 +109,7 @@ def render_markdown(d: dict, plots: list[str] | None = None) -> str:
     out += [md(x) for x in sections.footnotes(d)] + ([""] if sections.footnotes(d) else [])
     if d.get("missing_ranks"):
         out += [f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", ""]
+    out += throughput_lines(d)
     util = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
     util = [(rk, u) for rk, u in util if u]
     if util:
@@ -121,3 +122,19 @@ def render_markdown(d: dict, plots: list[str] | None = None) -> str:
         out += [f"## Skipped files ({len(d['skipped'])})", ""]
         out += [f"- {code(safe.path(s['file']))}: {md(safe.path(s['reason']))}" for s in d["skipped"]] + [""]
     return "\n".join(out)
+
+
+def throughput_lines(d: dict) -> list[str]:
+    """The throughput section: the job's and each rank's figures, and each rank's roofline table."""
+    if not throughput.has_any(d):
+        return []
+    out = ["## Throughput, FLOPs and MFU", "", "Definitions: docs/metrics.md.", ""]
+    out += [f"- {md(line)}" for line in throughput.job_lines(d)] + ([""] if throughput.job_lines(d) else [])
+    for r in d["ranks"]:
+        lines = throughput.rank_lines(r)
+        if lines:
+            out += [f"Rank {r['rank']}:", ""] + [f"- {md(line)}" for line in lines] + [""]
+        rows = throughput.roofline_rows(r)
+        if rows:
+            out += table(throughput.ROOFLINE_HEAD, rows, ["---"] * 3 + ["---:"] * (len(throughput.ROOFLINE_HEAD) - 3))
+    return out

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import format as fmt, safe, sections, waterfall
+from . import format as fmt, safe, sections, throughput, waterfall
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -95,6 +95,30 @@ def _ranks(d: dict, console: Console) -> None:
         console.print(plain(f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold"))
 
 
+def _throughput(d: dict, console: Console) -> None:
+    if not throughput.has_any(d):
+        return
+    console.print()
+    console.print(plain("Throughput, FLOPs and MFU (docs/metrics.md)", style="bold"))
+    for line in throughput.job_lines(d):
+        console.print(plain("  " + line))
+    for r in d["ranks"]:
+        lines = throughput.rank_lines(r)
+        if lines:
+            console.print(plain(f"  rank {r['rank']}:"))
+            for line in lines:
+                console.print(plain("    " + line))
+        rows = throughput.roofline_rows(r)
+        if rows:
+            t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
+            for i, h in enumerate(throughput.ROOFLINE_HEAD):  # op and shapes cut to one line: the JSON has them whole
+                t.add_column(h, justify="left" if i < 3 else "right", no_wrap=True, overflow="ellipsis",
+                             max_width={0: 22, 1: 24}.get(i), min_width=None if i < 2 else len(h))
+            for row in rows:
+                t.add_row(*(plain(c) for c in row))
+            console.print(t)
+
+
 def _utilization(d: dict, console: Console) -> None:
     lines = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
     lines = [(rk, u) for rk, u in lines if u]
@@ -152,6 +176,7 @@ def render(d: dict, console: Console) -> None:
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)
+    _throughput(d, console)
     _utilization(d, console)
     _memory(d, console)
     if d.get("errors"):

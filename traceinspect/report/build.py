@@ -20,6 +20,7 @@ from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
                   LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
+from .throughput import job_throughput_doc, throughput_doc
 
 
 def clean(v):
@@ -159,6 +160,7 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         setup=setup_doc(getattr(ra, "setup", None)),
         unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
         **_memory_fields(ra),
+        throughput=throughput_doc(ra),
     )
 
 
@@ -225,6 +227,7 @@ def build_doc(report) -> ReportDoc:
         errors=list(report.errors),
         runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
         strategy=clean(strategy_doc(report)),  # analyze/strategy.py over the rank analyses
+        throughput=job_throughput_doc(report),  # analyze/throughput.py over the rank analyses
     )
 
 

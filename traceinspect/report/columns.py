@@ -23,6 +23,7 @@ class Column(NamedTuple):
 
 _A, _C, _P, _U, _I, _S = "attribution", "collectives", "precision", "utilization", "idle", "issue"
 _M = "model_parallel"
+_F, _B = "flops", "batch"
 
 STEP_COLUMNS: tuple[Column, ...] = (
     Column("window", "int", "index", "trace file (active window) of the rank the step is in", _A),
@@ -118,6 +119,13 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("tp_comm_exposed_us", "float", "us", "tensor-parallel collectives the step waits for: the training thread in functional collectives and their waits (CPU basis)", _M),
     Column("tp_comm_share", "float", "share", "tp_comm_exposed_us / wall_us", _M),
     Column("tp_collective_count", "int", "count", "functional collectives of the step (_c10d_functional::all_reduce, ...)", _M),
+    Column("model_flops", "float", "count", "FLOPs of the step's matrix multiplies, convolutions and attention, forward and backward, from the recorded shapes (torch's flop counter's formulas); null: shapes not recorded", _F),
+    Column("causal_skipped_flops", "float", "count", "the half of causal attention's FLOPs that a causal kernel skips (counted in model_flops)", _F),
+    Column("flop_ops", "int", "count", "ops counted in model_flops", _F),
+    Column("flop_ops_unknown", "int", "count", "ops of a counted kind whose recorded arguments do not give their FLOPs", _F),
+    Column("input_batch", "float", "count", "leading dimension of the model's first input op in the step (recorded shapes)", _B),
+    Column("input_tokens", "float", "count", "batch x sequence of that input where it is integer token ids [batch, seq]", _B),
+    Column("forward_passes", "float", "count", "times the step runs that input op with the same shapes outside a backward pass", _B),
 )
 
 BY_NAME = {c.name: c for c in STEP_COLUMNS}

@@ -286,6 +286,70 @@ class MemoryDoc(Struct, omit_defaults=True, kw_only=True):
     predicted: list[MemoryPredictionDoc]
     accumulation_options: list[AccumulationOptionDoc]
     reasons: list[str]  # why a number is null
+class RooflineRowDoc(Struct, kw_only=True):
+    """One op group (op, input shapes, dtype) over the rank's steps against the device's roofline
+    (docs/metrics.md, "Roofline"): FLOPs, bytes read and written, kernel time, FLOPs per byte, achieved and attainable
+    TFLOP/s, achieved / attainable, and the kernel time above the roofline. null: not known."""
+
+    op: str
+    shapes: str | None
+    dtype: str | None
+    causal: bool
+    calls: int
+    flops: Num
+    bytes: Num
+    kernel_us: Num
+    intensity: Num
+    achieved_tflops: Num
+    attainable_tflops: Num
+    efficiency: Num
+    lost_us: Num
+
+
+class ThroughputDoc(Struct, kw_only=True):
+    """A rank's throughput, model FLOPs, MFU and GPU time per sample (docs/metrics.md, "Throughput, FLOPs and MFU");
+    means over the rank's steps. null: not known, with the reason in ``reasons`` (field -> one line)."""
+
+    samples_per_s: Num
+    tokens_per_s: Num
+    model_flops_per_step: Num
+    achieved_tflops: Num
+    mfu: Num
+    batch: int | None
+    batch_source: str | None
+    accum_steps: int | None
+    accum_source: str | None
+    samples_per_step: Num
+    tokens_per_step: Num
+    step_us: Num
+    causal_skipped_flops_per_step: Num
+    precision: str | None
+    precision_source: str | None
+    peak_device: str | None
+    peak_tflops: Num
+    peak_source: str | None
+    gpu_seconds_per_1k_samples: Num
+    gpu_seconds_per_million_tokens: Num
+    gpu_hours_per_million_samples: Num
+    reasons: dict[str, str]
+    roofline: list[RooflineRowDoc]
+
+
+class JobThroughputDoc(Struct, kw_only=True):
+    """The job's throughput (docs/metrics.md, "The job"): the ranks' means x the world size where every rank trains
+    on its own samples; GPU time per sample with every GPU counted. null: not known, with the reason."""
+
+    world_size: int | None
+    ranks: int
+    samples_per_s: Num
+    tokens_per_s: Num
+    model_flops_per_step: Num
+    achieved_tflops: Num
+    mfu: Num
+    gpu_seconds_per_1k_samples: Num
+    gpu_seconds_per_million_tokens: Num
+    gpu_hours_per_million_samples: Num
+    reasons: dict[str, str]
 
 
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
@@ -316,6 +380,8 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     # Device memory (docs/memory.md); null with ``memory_reason`` when the trace has no memory events.
     memory: MemoryDoc | None | UnsetType = UNSET
     memory_reason: str | UnsetType = UNSET
+    # Throughput, model FLOPs from the recorded shapes, MFU and GPU time per sample (docs/metrics.md)
+    throughput: ThroughputDoc | UnsetType = UNSET
 
 
 class FindingDoc(Struct, omit_defaults=True, kw_only=True):
@@ -363,6 +429,7 @@ class ReportDoc(Struct, omit_defaults=True, kw_only=True):
     verdict: Any | UnsetType = UNSET
     runs: Any | UnsetType = UNSET
     strategy: dict[str, Any] | UnsetType = UNSET  # the parallel strategy the trace shows (docs/communication.md)
+    throughput: JobThroughputDoc | UnsetType = UNSET  # the job's throughput and GPU time (docs/metrics.md)
 
 
 def from_dict(d: dict) -> ReportDoc:
