@@ -45,8 +45,11 @@ def contradictions(fix: str, setup: dict) -> list[str]:
     for n in re.findall(r"num_workers=(\d+)", code):
         if setup["cpu_count"] and int(n) > setup["cpu_count"]:
             out.append(f"num_workers={n} on {setup['cpu_count']} cores")
-    if setup["parallelism"] != "ddp" and re.search(r"DistributedDataParallel|bucket_cap_mb|no_sync", code):
+    if "ddp" not in (setup["parallelism"] or "").split("+") and re.search(
+            r"DistributedDataParallel|bucket_cap_mb|no_sync", code):
         out.append(f"DDP advice for a run with parallelism={setup['parallelism']}")
+    if setup["device"] == "cpu" and re.search(r"per GPU", fix):
+        out.append("a rule of thumb per GPU on a CPU-only run")
     return out
 
 
@@ -86,6 +89,22 @@ def test_no_fix_contradicts_the_setup_on_cpu_captures(name, request):
     rep = report_folder(request.getfixturevalue(name), CACHED).to_dict()
     assert all(r["setup"]["device"] == "cpu" for r in rep["ranks"])
     _check(rep)
+
+
+def test_a_cpu_loader_fix_is_sized_by_the_recorded_cores():
+    """A CPU-only run's loader fixes: within the cores the capture recorded (2 here: one stays with the loop), and
+    no rule of thumb per GPU, whether the cores were recorded or not."""
+    from traceinspect.diagnose.fixes import loader_workers
+
+    assert loader_workers(0, 2, "cpu").startswith("num_workers=1,") and loader_workers(2, 2, "cpu") is None
+    assert "per GPU" not in loader_workers(0, None, "cpu") and "per GPU" in loader_workers(0, None, "cuda")
+    assert contradictions("loader = DataLoader(ds, num_workers=4)", {**_CPU_SETUP, "cpu_count": 2})
+    assert contradictions("loader = DataLoader(ds, num_workers=8,   # ~ CPU cores per GPU", _CPU_SETUP)
+
+
+_CPU_SETUP = {"optimizer": {"present": False}, "compile": {"compiled": False, "mode": None}, "graph_launches": 0,
+              "device": "cpu", "loader": {"pin_memory": None}, "copies": {"h2d_pinned_count": None},
+              "cpu_count": None, "parallelism": "none"}
 
 
 def test_the_check_catches_template_fixes():

@@ -20,6 +20,8 @@ from .comm_names import POINT_TO_POINT, is_collective_op
 
 # What each strategy leaves in a trace (record_function annotations of torch.distributed).
 DDP_MARKS = ("DistributedDataParallel.forward",)
+# DDP's reducer (its C++ ops on the backward's gradients): DDP's own, where its forward annotation is not recorded.
+DDP_REDUCER = ("torch::distributed::reducer::", "torch.distributed.ddp.reducer::")
 FSDP1_MARK = "FullyShardedDataParallel."
 FSDP2_MARK = "FSDP::"
 # torch.distributed.pipelining's schedules annotate each micro-batch: "Forward 0", "Backward 1", "PP:..." names.
@@ -82,7 +84,7 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
     coll = collectives if collectives is not None and len(collectives) else None
     fsdp2 = [n for n in names if n.startswith(FSDP2_MARK)]
     fsdp1 = [n for n in names if n.startswith(FSDP1_MARK)]
-    ddp = [n for n in names if n in DDP_MARKS]
+    ddp = [n for n in names if n in DDP_MARKS] or sorted(n for n in names if n.startswith(DDP_REDUCER))[:1]
     if ddp:
         kinds.append("ddp")
         evidence.append(ddp[0])
@@ -104,9 +106,12 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
         evidence.append(sorted(pp_names)[0] if pp_names else "send/recv between ranks")
         pp_microbatches = _microbatches(names, p2p, steps)
         schedule = _schedule(p2p)
-    if not kinds and coll is not None and "grad" in coll and coll["grad"].astype(bool).any():
-        kinds.append("ddp")  # DDP's gradient buckets, where its forward annotation is not in the trace
-        evidence.append("all-reduces of gradients during backward")
+    # Gradient all-reduces alone name DDP only in a trace without CPU ops (kernels only), where DDP's own marks
+    # could not show: where the ops are recorded and none is DDP's, the all-reduces are the program's own (hooks,
+    # a hand-written data parallel loop), and DDP's advice (no_sync, bucket_cap_mb) would not apply.
+    if not kinds and not names and coll is not None and "grad" in coll and coll["grad"].astype(bool).any():
+        kinds.append("ddp")
+        evidence.append("all-reduces of gradients during backward (no CPU ops recorded)")
     raf = _reshards(coll) if {"fsdp1", "fsdp2"} & set(kinds) else None
     return Strategy(kinds=tuple(kinds), reshard_after_forward=raf, pp_stages=1 if "pp" in kinds else None,
                     pp_microbatches=pp_microbatches, pp_schedule=schedule, evidence=tuple(evidence))

@@ -266,7 +266,7 @@ def _graded(f: Finding, acc: dict, book: _Ledger, config) -> Finding:
     # (from 3 samples it is off by half either way): thin evidence caps the severity instead.
     if nsteps < config.thin_evidence_min_steps:
         se = None
-    sev, reason = grade(claim, step, se, thin, config)
+    sev, reason = grade(claim, step, se, thin, config, rank if len(acc["ranks"]) > 1 else None)
     extra = dict(f.extra)
     extra.update({
         "estimate_us": f.time_at_stake_us,

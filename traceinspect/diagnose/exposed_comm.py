@@ -85,8 +85,9 @@ class RankEvidence(RankHit, kw_only=True):
     wall_us_per_step: float
     allreduce_busbw_gbps: float | None
     comm_calls_per_step: float | None
-    buckets_per_round: float | None
-    grad_bytes_per_round: float | None
+    # DDP's gradient buckets: only on a DDP rank (other strategies have no buckets to count)
+    buckets_per_round: float | None | msgspec.UnsetType = msgspec.UNSET
+    grad_bytes_per_round: float | None | msgspec.UnsetType = msgspec.UNSET
     comm_time_by_collective_us_per_step: dict[str, float]
 
 
@@ -128,7 +129,7 @@ def _ddp_fix(ev: Evidence) -> str:
     buckets seen per round."""
     e = ev.per_rank[0]
     cost, tail = e.comm_cost_us_per_step, e.tails_all_rounds_us_per_step
-    b = e.buckets_per_round
+    b = e.buckets_per_round if e.buckets_per_round is not msgspec.UNSET else None
     if tail is not None and cost > 0 and tail < 0.5 * cost:
         other = [k for k in (e.comm_time_by_collective_us_per_step or {}) if k != "gradient allreduce"]
         names = ", ".join(k if KIND.fullmatch(k) else quoted(k) for k in other[:3]) \
@@ -137,7 +138,7 @@ def _ddp_fix(ev: Evidence) -> str:
             "\n", 2)[2]
     ddp = DDP["cpu" if e.basis == "cpu" else "gpu"]
     if b is not None and b < MANY_BUCKETS:
-        cap, why = _cap_below(e.grad_bytes_per_round)
+        cap, why = _cap_below(e.grad_bytes_per_round or None)
         return FIX_FEW_BUCKETS.format(b=b, cap=cap, why=why, ddp=ddp)
     if b is None:  # no gradient all-reduce seen in the rounds: no bucket count to go by
         return ("# no gradient buckets seen in the trace: compare bucket_cap_mb around DDP's default\n" + ddp
@@ -171,6 +172,12 @@ def _rank(ra, config, report):
     tail = s["comm_tail_us"].to_numpy(dtype=float) if "comm_tail_us" in s else np.full(len(s), np.nan)
     tail_total = s["comm_tail_total_us"].to_numpy(dtype=float) if "comm_tail_total_us" in s else tail
     tails = np.nan_to_num(tail_total)
+    from .fixes import is_ddp
+
+    ddp = {}
+    if is_ddp(getattr(ra, "setup", None)):
+        ddp = {"buckets_per_round": float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
+               "grad_bytes_per_round": median(s["grad_bytes"]) if "grad_bytes" in s else None}
     return RankEvidence(
         rank=ra.rank,
         basis=ra.basis,
@@ -185,9 +192,8 @@ def _rank(ra, config, report):
         wall_us_per_step=float(np.nanmean(wall)),
         allreduce_busbw_gbps=median(s["allreduce_busbw_gbps"]) if "allreduce_busbw_gbps" in s else None,
         comm_calls_per_step=float(np.mean(s["comm_calls"])) if "comm_calls" in s else None,
-        buckets_per_round=float(np.median(s["bucket_count"])) if "bucket_count" in s and len(s) else None,
-        grad_bytes_per_round=median(s["grad_bytes"]) if "grad_bytes" in s else None,
         comm_time_by_collective_us_per_step=_by_collective(ra, set(int(x) for x in s["step"])),
+        **ddp,
     )
 
 

@@ -80,12 +80,14 @@ def loader_pinned(setup) -> bool:
     return bool(c.h2d_pinned_count and not c.h2d_pageable_count)
 
 
-def loader_workers(now, cpu_count) -> str | None:
+def loader_workers(now, cpu_count, device: str | None = None) -> str | None:
     """The ``num_workers=`` argument to advise: twice the workers there are (8 without a count), never more than
-    the cores the capture recorded; None where the workers already use every core."""
+    the cores the capture recorded; None where the workers already use every core. The rule of thumb is per GPU
+    on a GPU run, per training process on a CPU-only one (``device`` "cpu")."""
     has_now = isinstance(now, int) and not isinstance(now, bool)
     want = 2 * now if has_now and now > 0 else 8
-    note = f"   # now {now}" if has_now and now > 0 else "   # ~ CPU cores per GPU" + (
+    per = "spare CPU cores per training process" if device == "cpu" else "CPU cores per GPU"
+    note = f"   # now {now}" if has_now and now > 0 else f"   # ~ {per}" + (
         " (now 0: batches made in the loop)" if has_now and now == 0 else "")
     if isinstance(cpu_count, int) and cpu_count > 0:
         cap = max(cpu_count - 1, 1)  # one core stays with the training loop
@@ -102,7 +104,7 @@ def fit_loader_fix(setup, lines: list[str], now) -> list[str]:
     not on, ``pin_memory`` only for a GPU run whose copies are not pinned yet."""
     if setup is None:
         return lines
-    workers = loader_workers(now, setup.cpu_count)
+    workers = loader_workers(now, setup.cpu_count, setup.device)
     first = f"loader = DataLoader(dataset, batch_size=..., {workers}" if workers else \
         f"loader = DataLoader(dataset, batch_size=...,   # the workers already use the {setup.cpu_count} cores"
     rest = ["persistent_workers=True"] if setup.loader.persistent_workers is not True else []
@@ -161,7 +163,7 @@ def cpu_loader_fix(setup, default: str) -> str:
     """A CPU run's DataLoader: workers within the recorded cores (one stays with the training loop)."""
     if setup is None or not isinstance(setup.cpu_count, int):
         return default
-    workers = loader_workers(setup.loader.num_workers, setup.cpu_count)
+    workers = loader_workers(setup.loader.num_workers, setup.cpu_count, "cpu")
     if workers is None:
         return (f"# the workers already use the {setup.cpu_count} cores: fewer or cheaper samples per batch\n"
                 "# keep __getitem__ cheap: decode / augment ahead of time")

@@ -18,15 +18,18 @@ def thin(f: Finding, nsteps: int, config) -> str | None:
     return None
 
 
-def grade(claim: float | None, step: float | None, se: float | None, thin: str | None, config) -> tuple[str, str]:
-    """The one severity scale (docs/findings.md): share of the step at stake, absolute floors, noise, evidence."""
+def grade(claim: float | None, step: float | None, se: float | None, thin: str | None, config,
+          rank: int | None = None) -> tuple[str, str]:
+    """The one severity scale (docs/findings.md): share of the step at stake, absolute floors, noise, evidence.
+    ``rank``: the rank whose step it is, named where a run has several (their steps differ)."""
     if claim is None or not step:
         return "info", "no time at stake could be measured"
     share = claim / step
     c_share, c_us = config.severity_critical_share, config.severity_critical_min_us
     w_share, w_us = config.severity_warning_share, config.severity_warning_min_us
     amount = f"{claim / 1000:.2f} ms" if claim >= 10 else f"{claim:.1f} us"
-    head = f"{amount} of a {step / 1000:.2f} ms step ({100 * share:.1f} %)"
+    whose = "a" if rank is None else f"rank {rank}'s"
+    head = f"{amount} of {whose} {step / 1000:.2f} ms step ({100 * share:.1f} %)"
     if share < w_share or claim < w_us:
         return "info", f"{head}: below the warning line ({100 * w_share:.0f} % and {w_us / 1000:.1f} ms)"
     noise = config.severity_noise_se * se if se is not None else None

@@ -208,11 +208,44 @@ def utilization(r: dict) -> str | None:
 
 
 def finding_meta(f: dict) -> str:
-    at = f.get("time_at_stake_us")
-    share = f.get("share_of_step")
-    return (f"ranks {fmt.ranges(f.get('ranks'))} · steps {fmt.ranges(f.get('steps'))}"
-            + (f" · at stake about {fmt.ms(at)} per step" if at else "")
-            + (f" ({fmt.pct(share, 0)} of the step)" if at and share is not None else ""))
+    return f"ranks {fmt.ranges(f.get('ranks'))} · steps {fmt.ranges(f.get('steps'))}" + stake(f)
+
+
+def _us(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and v == v else 0.0
+
+
+def stake(f: dict) -> str:
+    """The time at stake, in one place with what it is not: the claim now (the waterfall's bar), the saving that
+    waits for the DataLoader's fix (its bar ``after``), and what of the rule's own estimate is not claimed here
+    (the DataLoader's pace caps it, other findings claim or explain it): each named."""
+    at, share, est = _us(f.get("time_at_stake_us")), f.get("share_of_step"), _us(f.get("estimate_us"))
+    af = f.get("after_loader_fix") if isinstance(f.get("after_loader_fix"), dict) else {}
+    after = _us(af.get("us"))
+    lb = f.get("loader_bound") if isinstance(f.get("loader_bound"), dict) else {}
+    cut = _us(lb.get("cut_us"))
+    ex = [e for e in f.get("explained_by") or [] if isinstance(e, dict) and _us(e.get("us")) > 0]
+    explained = sum(_us(e["us"]) for e in ex)
+    if not (at or after or est):
+        return ""
+    out = f" · at stake about {fmt.ms(at)} per step" + (f" ({fmt.pct(share, 0)} of the step)"
+                                                       if at and share is not None else "")
+    if after:
+        out += (f" now, {fmt.ms(after)} more once the DataLoader keeps up (after {af.get('id')}): "
+                f"{fmt.ms(at + after)} in all")
+    parts = []
+    if cut >= 1.0:
+        parts.append(f"{fmt.ms(cut)} not counted (the DataLoader's pace caps it)")
+    if explained >= 1.0:
+        parts.append(f"{fmt.ms(explained)} claimed by {', '.join(str(e.get('id')) for e in ex)}")
+    rest = est - at - after - cut - explained
+    if rest >= max(0.05 * est, 5.0):
+        owner = f.get("owned_by")
+        parts.append(f"{fmt.ms(rest)} " + (f"claimed by {owner}" if isinstance(owner, str) and owner else
+                                          "claimed by other findings or beyond what its fix removes"))
+    if parts:
+        out += f"; of the {fmt.ms(est)} it measures: " + ", ".join(parts)
+    return out
 
 
 def finding_notes(f: dict) -> list[str]:

@@ -28,7 +28,7 @@ class SpreadDoc(Struct, kw_only=True):
 
 
 class WorkRowDoc(Struct, kw_only=True):
-    key: str  # a step field of the report (docs/metrics.md)
+    key: str  # a step field of the report (docs/metrics.md), or loader.<setting> (setup.loader, docs/setup.md)
     label: str
     unit: Literal["count", "bytes", "us"]
     base: Num  # mean per step over the side's captures
@@ -81,6 +81,8 @@ class NamesDoc(Struct, omit_defaults=True, kw_only=True):
     changed: list[NameChangeDoc] | UnsetType = UNSET
     changed_delta_us: float | UnsetType = UNSET
     changed_at_base_rate_us: float | UnsetType = UNSET  # the count changes at the base's time per call
+    # of those, the DataLoader's fetches (CPU ops): where the loader's configuration changed, priced by its wait
+    loader_at_base_rate_us: float | UnsetType = UNSET
     same: list[SameNameDoc] | UnsetType = UNSET
     same_names_base_rate_us: float | UnsetType = UNSET
     same_names_new_us: float | UnsetType = UNSET

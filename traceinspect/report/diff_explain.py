@@ -25,6 +25,8 @@ so otherwise.
 
 from __future__ import annotations
 
+from .diff_work import LOADER_STEP
+
 GPU_BOUND_SHARE = 0.85
 
 _SUBJECT = {
@@ -84,15 +86,29 @@ def machine_rates(rates: list[dict], delta_us: float, bound: str | None) -> list
     return sorted(same, key=rank)
 
 
-def _host_change(w: dict, r: dict, ops: dict) -> tuple[float | None, str]:
-    """The host time the work change adds per step at the base's own rates, and what it was priced from."""
+def loader_changed(work: list[dict]) -> bool:
+    """Whether the DataLoader's configuration changed (``diff_work.loader_rows``)."""
+    return any(row["changed"] for row in work if row["key"] == LOADER_STEP.key or row["key"].startswith("loader."))
+
+
+def _host_change(w: dict, r: dict, ops: dict, loader: bool) -> tuple[float | None, str]:
+    """The host time the work change adds per step at the base's own rates, and what it was priced from. Where
+    the DataLoader's configuration changed, its part is the change of the DataLoader wait (its fetches' CPU ops
+    leave the by-name sum): a loader with or without workers runs other code, whose base rate no trace shows."""
+    wait = (r["dataloader_us"]["new"] - r["dataloader_us"]["base"]) if loader and "dataloader_us" in r else None
+    plus = "; the DataLoader's configuration changed: plus the change of its wait" if wait is not None else ""
     if ops.get("available"):
-        return ops["changed_at_base_rate_us"], "the CPU ops whose count changed, at the base's time per call"
+        est = ops["changed_at_base_rate_us"]
+        if wait is not None:
+            est += wait - ops.get("loader_at_base_rate_us", 0.0)
+        return est, "the CPU ops whose count changed, at the base's time per call" + plus
     if "launch_count" in w and "host_per_launch_us" in r:
         est = w["launch_count"]["delta"] * r["host_per_launch_us"]["base"]
         if "sync_us" in r and "sync_count" in w and w["sync_count"]["changed"]:
             est += r["sync_us"]["new"] - r["sync_us"]["base"]
-        return est, "the launches added at the base's host time per launch"
+        return est + (wait or 0.0), "the launches added at the base's host time per launch" + plus
+    if wait is not None:
+        return wait, "the change of the DataLoader wait (its configuration changed)"
     return None, ""
 
 
@@ -116,7 +132,7 @@ def work_cost(work: list[dict], rates: list[dict], kernels: dict, ops: dict, sha
     that bounds the base step takes the whole base step, the other side its own busy time (the base GPU busy, or
     the base host time outside waits), and the step is the larger of the two."""
     w, r = _rows(work), _rows(rates)
-    dh, host_from = _host_change(w, r, ops)
+    dh, host_from = _host_change(w, r, ops, loader_changed(work))
     dg, gpu_from = _gpu_change(r, kernels, shapes)
     out = {"us": None, "rel": None, "host_us": dh, "gpu_us": dg, "host_from": host_from, "gpu_from": gpu_from}
     if not wall_us:

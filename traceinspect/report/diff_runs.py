@@ -5,7 +5,8 @@ document of ``report/diff.py`` for the first capture of each side (per-rank tabl
 comparison (``overall``) over all captures (``report/diff_noise.py``), and these sections:
 
 * ``runs``: the captures of each side and whether run-to-run variation is measured;
-* ``work`` / ``rate``: what the program did and how fast, on the compared ranks (``report/diff_work.py``);
+* ``work`` / ``rate``: what the program did and how fast, on the compared ranks (``report/diff_work.py``); the
+  work includes the DataLoader's configuration (batches from worker processes, the recorded settings);
 * ``names``: kernels and CPU ops whose count per step changed, and kernels by name and launch shape (only where the
   traces were read: ``inventories``; ``report/diff_shapes.py``); the GPU time of the kernels of the same name and
   shape joins ``rate`` as ``gpu_same_kernels_us``;
@@ -20,7 +21,7 @@ from .diff_doc import check
 from .diff_explain import explain, gate
 from .diff_noise import compare_runs
 from .diff_shapes import same_kernel_rate, shape_rows
-from .diff_work import name_rows, rate_rows, work_rows
+from .diff_work import loader_rows, name_rows, rate_rows, work_rows
 
 
 def _rank_of(d: dict, rank: int | None) -> dict | None:
@@ -38,6 +39,15 @@ def _side_steps(reports: list[dict], rank: int | None) -> tuple[list[list[dict]]
         runs.append(_real_steps(r) if r is not None else [])
         ranks.append(r["rank"] if r is not None else None)
     return runs, ranks
+
+
+def _setups(reports: list[dict], ranks: list[int | None]) -> list[dict | None]:
+    """The setup (docs/setup.md) of the compared rank of each capture (None where not read)."""
+    out = []
+    for d, rank in zip(reports, ranks):
+        r = next((x for x in d.get("ranks", []) if x["rank"] == rank), None)
+        out.append((r or {}).get("setup"))
+    return out
 
 
 def _inventory(inventories: list[dict] | None, ranks: list[int | None], what: str) -> list[dict] | None:
@@ -78,11 +88,13 @@ def diff_runs(bases: list[dict], news: list[dict], pairs: list[tuple[int, int]] 
     dd["runs"] = {"base": [d.get("source") for d in bases], "new": [d.get("source") for d in news],
                   "ranks": {"base": ranks_a, "new": ranks_b},
                   "measured": bool(dd.get("overall") and dd["overall"].get("runs", {}).get("measured"))}
-    dd["work"] = work_rows(base_runs, new_runs)
+    dd["work"] = work_rows(base_runs, new_runs) + loader_rows(base_runs, new_runs, _setups(bases, ranks_a),
+                                                              _setups(news, ranks_b))
     dd["rate"] = rate_rows(base_runs, new_runs)
     dd["names"] = {"kernels": name_rows(_inventory(inv_a, ranks_a, "kernels"), _inventory(inv_b, ranks_b, "kernels"),
                                         "kernel"),
-                   "ops": name_rows(_inventory(inv_a, ranks_a, "ops"), _inventory(inv_b, ranks_b, "ops"), "CPU op"),
+                   "ops": name_rows(_inventory(inv_a, ranks_a, "ops"), _inventory(inv_b, ranks_b, "ops"), "CPU op",
+                                    loader=True),
                    "kernel_shapes": shape_rows(_inventory(inv_a, ranks_a, "kernel_shapes"),
                                                _inventory(inv_b, ranks_b, "kernel_shapes"))}
     same = same_kernel_rate(dd["names"]["kernel_shapes"])

@@ -65,6 +65,16 @@ WORK: tuple[Metric, ...] = tuple(Metric(k, lab, unit, _field(k)) for k, lab, uni
     ("sync_count", "blocking syncs", "count"),
 ))
 
+#: The DataLoader's configuration (``loader_rows``): a code or config change, never a machine's. The batches drawn
+#: from worker processes per step (a step field: the fetches of ``_MultiProcessingDataLoaderIter``, read from the
+#: trace), and the settings the capture recorded in the rank's setup (docs/setup.md), where both sides know them.
+LOADER_STEP = Metric("dataloader_worker_count", "DataLoader batches from worker processes", "count",
+                     _field("dataloader_worker_count"))
+LOADER_SETUP = (("num_workers", "DataLoader workers (num_workers)"), ("pin_memory", "DataLoader pin_memory"))
+#: The CPU ops of a DataLoader fetch (``analyze/events.py``'s LOADER_FETCH): where the loader's configuration
+#: changed, they are priced by the DataLoader wait they add, not by name.
+LOADER_FETCH = "enumerate(DataLoader)"
+
 #: How fast the work went (us). ``per`` names the work metric a rate is per unit of (its time effect is that
 #: work's count times the change of the rate).
 RATE: tuple[Metric, ...] = (
@@ -128,6 +138,37 @@ def work_rows(base: list[list[dict]], new: list[list[dict]]) -> list[dict]:
     return rows
 
 
+def _setting(setup: dict | None, key: str) -> float | None:
+    v = ((setup or {}).get("loader") or {}).get(key)
+    return None if v is None or isinstance(v, str) else float(v)
+
+
+def loader_rows(base: list[list[dict]], new: list[list[dict]], base_setups: list[dict | None],
+                new_setups: list[dict | None]) -> list[dict]:
+    """The DataLoader's configuration as work rows (``LOADER_STEP``, ``LOADER_SETUP``): the batches from worker
+    processes per step, where every capture of both sides has the step field (a report saved before it existed
+    has none: not a change); each setting, where every capture of both sides recorded it (``setup.loader``), keyed
+    ``loader.<setting>``, changed when the sides differ."""
+    rows = []
+    has = lambda runs: all(steps and all(LOADER_STEP.key in s for s in steps) for steps in runs)  # noqa: E731
+    if has(base) and has(new):
+        a, b = side_value(base, LOADER_STEP.get), side_value(new, LOADER_STEP.get)
+        ch = _changed(a, b, WORK_TOLERANCE, WORK_FLOOR)
+        if ch is not None:
+            rows.append({"key": LOADER_STEP.key, "label": LOADER_STEP.label, "unit": "count", "base": a["value"],
+                         "new": b["value"], "delta": (b["value"] or 0.0) - (a["value"] or 0.0),
+                         "spread": {"base": a["spread"], "new": b["spread"]}, "changed": ch})
+    for key, label in LOADER_SETUP:
+        va, vb = [_setting(x, key) for x in base_setups], [_setting(x, key) for x in new_setups]
+        if not va or not vb or None in va or None in vb:
+            continue
+        ma, mb = sum(va) / len(va), sum(vb) / len(vb)
+        rows.append({"key": f"loader.{key}", "label": label, "unit": "count", "base": ma, "new": mb,
+                     "delta": mb - ma, "spread": {"base": max(va) - min(va), "new": max(vb) - min(vb)},
+                     "changed": set(va) != set(vb)})
+    return rows
+
+
 def rate_rows(base: list[list[dict]], new: list[list[dict]]) -> list[dict]:
     """One row per rate present on both sides: value on each side, relative change, whether it changed, and its
     time effect per step (the new side's count of the work it is per, times the change of the rate)."""
@@ -162,12 +203,12 @@ def at_base_rate(row: dict, index: float) -> float:
     return dc * (row["new_us"] / row["new_count"]) / (index or 1.0) if row["new_count"] else 0.0
 
 
-def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: int = 8) -> dict:
+def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: int = 8, loader: bool = False) -> dict:
     """Kernels (or CPU ops) by name: ``base``/``new`` are inventories, one dict per run ``{name: [count per step,
     time per step us]}``. Returns the names whose count per step changed (largest time first, at most ``top``),
     the names whose count did not change with their time per call on each side (``same``: most time first, at
     most ``top``), the price index of those (their new counts at the base and at the new time per call), and the
-    totals."""
+    totals; with ``loader`` (CPU ops), the changed names' cost of the DataLoader's fetches apart."""
     if not base or not new:
         return {"what": what, "available": False}
 
@@ -197,10 +238,13 @@ def name_rows(base: list[dict] | None, new: list[dict] | None, what: str, top: i
     changed.sort(key=lambda r: -abs(r["delta_us"]))
     same.sort(key=lambda r: -r["new_us"])
     index = at_new / at_base if at_base else 1.0
-    return {"what": what, "available": True, "changed_names": len(changed), "changed": changed[:top],
-            "changed_delta_us": sum(r["delta_us"] for r in changed),
-            "changed_at_base_rate_us": sum(at_base_rate(r, index) for r in changed),
-            "same": same[:top], "same_names_base_rate_us": at_base, "same_names_new_us": at_new,
-            "same_names_rel_change": (at_new - at_base) / at_base if at_base else None,
-            "base_total": {"count": sum(v[0] for v in a.values()), "us": sum(v[1] for v in a.values())},
-            "new_total": {"count": sum(v[0] for v in b.values()), "us": sum(v[1] for v in b.values())}}
+    out = {"what": what, "available": True, "changed_names": len(changed), "changed": changed[:top],
+           "changed_delta_us": sum(r["delta_us"] for r in changed),
+           "changed_at_base_rate_us": sum(at_base_rate(r, index) for r in changed),
+           "same": same[:top], "same_names_base_rate_us": at_base, "same_names_new_us": at_new,
+           "same_names_rel_change": (at_new - at_base) / at_base if at_base else None,
+           "base_total": {"count": sum(v[0] for v in a.values()), "us": sum(v[1] for v in a.values())},
+           "new_total": {"count": sum(v[0] for v in b.values()), "us": sum(v[1] for v in b.values())}}
+    if loader:
+        out["loader_at_base_rate_us"] = sum(at_base_rate(r, index) for r in changed if r["name"].startswith(LOADER_FETCH))
+    return out
