@@ -164,96 +164,9 @@ def memory_tables(rank: RankTrace, steps, table: pd.DataFrame, config) -> dict[s
         "oom_bytes": int(oom_rows["bytes"].max()) if len(oom_rows) else -1,
         "events": int(n),
     }])
-    out.update(_predictions(out, rank, steps, config))
+    ends = out["memory_steps"].loc[ok, "end_allocated"].to_numpy(float) if ok.any() else np.empty(0)
+    out["memory_device"]["growth_per_step"] = float(np.diff(ends).mean()) if len(ends) >= 2 else np.nan
     return out
-
-
-def batch_of(metadata: dict) -> tuple[int | None, str | None, int | None]:
-    """(samples per micro-batch on this rank, where that was read, micro-batches per optimizer step) from the capture
-    metadata: its ``batch_size``, else the DataLoader's, else the workload's; None where none says."""
-    md = metadata if isinstance(metadata, dict) else {}
-    accum = md.get("accumulation_steps")
-    accum = accum if isinstance(accum, int) and not isinstance(accum, bool) and accum >= 1 else None
-    for where, v in (("capture metadata", md.get("batch_size")),
-                     ("the DataLoader", (md.get("dataloader") or {}).get("batch_size")
-                      if isinstance(md.get("dataloader"), dict) else None),
-                     ("the workload", (md.get("workload") or {}).get("batch_size")
-                      if isinstance(md.get("workload"), dict) else None)):
-        if isinstance(v, int) and not isinstance(v, bool) and 0 < v < (1 << 31):
-            return v, where, accum
-    return None, None, accum
-
-
-def predicted_peak(env: pd.DataFrame, b0: int, b: float) -> float:
-    """The predicted peak allocated bytes at batch ``b`` from the envelope (``memory_scaling``) of batch ``b0``."""
-    if not len(env):
-        return float("nan")
-    return float((env["fixed"].to_numpy(float) + env["scaling"].to_numpy(float) * (b / b0)).max())
-
-
-def largest_fitting(env: pd.DataFrame, b0: int, budget: float) -> int | None:
-    """The largest batch whose predicted peak stays within ``budget`` bytes (None: nothing scales, or not even
-    one sample fits)."""
-    f, sc = env["fixed"].to_numpy(float), env["scaling"].to_numpy(float)
-    if not len(f) or not (sc > 0).any():
-        return None
-    if (f[sc <= 0] > budget).any():
-        return 0
-    per = sc[sc > 0] / b0
-    limit = np.floor((budget - f[sc > 0]) / per).min()
-    return int(max(limit, 0))
-
-
-def _predictions(out: dict, rank: RankTrace, steps, config) -> dict:
-    """``memory_summary`` (one row: batch, where it was read, capacity and budget, slack ratio, largest batch)
-    and ``memory_predicted`` (batch -> predicted peak allocated and reserved, and whether it fits)."""
-    ms = out["memory_steps"]
-    dev = out["memory_device"].iloc[0]
-    env = out["memory_scaling"]
-    b0, source, accum = batch_of(rank.metadata)
-    if accum is None and "backward_passes" in steps.table:  # pragma: no cover - not a base step column
-        accum = None
-    real = ms[ms["events"] > 0]
-    capacity = int(dev["capacity"]) if dev["capacity"] > 0 else None
-    unseen = int(dev["unseen"]) if dev["unseen"] >= 0 else int(config.memory_unseen_bytes)
-    peak = int(real["peak_allocated"].max()) if len(real) else None
-    worst = real.loc[real["peak_allocated"].idxmax()] if len(real) else None
-    ratio = (float(worst["reserved_at_peak"]) / float(worst["peak_allocated"])
-             if worst is not None and worst["reserved_at_peak"] > 0 and worst["peak_allocated"] > 0 else 1.0)
-    ratio = max(ratio, 1.0)
-    budget = (capacity - unseen) / ratio if capacity else None
-    max_b = largest_fitting(env, b0, budget) if b0 and budget is not None else None
-    ends = real["end_allocated"].to_numpy(float)
-    growth = float(np.diff(ends).mean()) if len(ends) >= 2 else np.nan
-    summary = {"batch_size": b0, "batch_source": source, "accumulation_steps": accum, "capacity": capacity or -1,
-               "growth_per_step": growth,
-               "unseen": unseen, "unseen_recorded": bool(dev["unseen_recorded"]), "reserved_ratio": ratio,
-               "budget": budget if budget is not None else np.nan, "peak_allocated": peak if peak is not None else -1,
-               "max_batch": max_b if max_b is not None else -1}
-    rows = []
-    if b0 and len(env):
-        cands = sorted({b0, 2 * b0, 4 * b0} | ({max_b} if max_b else set()) | (
-            {max_b // 8 * 8} if max_b and max_b >= 8 else set()))
-        for b in cands:
-            pa = predicted_peak(env, b0, b)
-            rows.append({"batch": int(b), "peak_allocated": int(round(pa)), "peak_reserved": int(round(pa * ratio)),
-                         "fits": bool(budget is not None and pa <= budget) if capacity else None,
-                         "measured": b == b0})
-    accum_rows = []
-    if b0 and accum and len(env):
-        logical = b0 * accum
-        for b in range(1, logical + 1):
-            if logical % b or (max_b is not None and b > max_b and b != b0):
-                continue
-            pa = predicted_peak(env, b0, b)
-            accum_rows.append({"batch": b, "accum_steps": logical // b, "logical_batch": logical,
-                               "peak_allocated": int(round(pa)),
-                               "fits": bool(pa <= budget) if budget is not None else None, "current": b == b0})
-    return {"memory_summary": pd.DataFrame([summary]),
-            "memory_accum": pd.DataFrame(accum_rows, columns=["batch", "accum_steps", "logical_batch",
-                                                              "peak_allocated", "fits", "current"]),
-            "memory_predicted": pd.DataFrame(rows, columns=["batch", "peak_allocated", "peak_reserved", "fits",
-                                                            "measured"])}
 
 
 def _empty_step(st: pd.DataFrame, i: int) -> dict:

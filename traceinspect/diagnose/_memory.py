@@ -3,58 +3,39 @@ formatting, the memory severity scale, and the accumulation code fitted to the r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 
-from ..analyze.memory import predicted_peak
+from ..analyze.outlook import Outlook, memory_outlook
 
 
 @dataclass(frozen=True)
 class RankMemory:
-    """One rank's memory as the rules read it (bytes; None where unknown)."""
+    """One rank's memory as the rules read it (bytes; None where unknown): its steps and its outlook."""
 
     steps: pd.DataFrame  # memory_steps rows with events
-    capacity: int | None
-    peak_allocated: int
-    peak_reserved: int | None
-    batch: int | None
-    accum: int | None
-    max_batch: int | None
-    budget: float | None  # what the allocator may use: capacity less unseen, over the reserved ratio
-    unseen: int
-    unseen_recorded: bool
+    outlook: Outlook
     alloc_conf: str | None
     oom_events: int
-    envelope: pd.DataFrame  # memory_scaling rows
 
-    def predict(self, batch: float) -> float | None:
-        return predicted_peak(self.envelope, self.batch, batch) if self.batch and len(self.envelope) else None
+    def __getattr__(self, name):  # the outlook's fields read as the record's own (capacity, batch, max_batch...)
+        return getattr(self.__dict__["outlook"], name)
+
+    @property
+    def accum(self) -> int | None:
+        return self.outlook.accum
 
 
-def rank_memory(ra) -> RankMemory | None:
-    t = ra.tables
-    if "memory_steps" not in t or "memory_summary" not in t:
+def rank_memory(ra, config) -> RankMemory | None:
+    o = memory_outlook(ra, config)
+    if o is None:
         return None
-    steps = t["memory_steps"]
-    steps = steps[steps["events"] > 0]
-    if not len(steps):
-        return None
-    dev, summ = t["memory_device"].iloc[0], t["memory_summary"].iloc[0]
-    reserved = int(steps["peak_reserved"].max())
-
-    def opt_int(v):
-        return int(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) and v >= 0 else None
-
-    budget = float(summ["budget"]) if not math.isnan(float(summ["budget"])) else None
-    return RankMemory(steps=steps, capacity=opt_int(dev["capacity"]) or None,
-                      peak_allocated=int(steps["peak_allocated"].max()),
-                      peak_reserved=reserved if reserved >= 0 else None, batch=opt_int(summ["batch_size"]) or None,
-                      accum=opt_int(summ["accumulation_steps"]), max_batch=opt_int(summ["max_batch"]),
-                      budget=budget, unseen=int(summ["unseen"]), unseen_recorded=bool(summ["unseen_recorded"]),
+    steps = ra.tables["memory_steps"]
+    dev = ra.tables["memory_device"].iloc[0]
+    return RankMemory(steps=steps[steps["events"] > 0], outlook=o,
                       alloc_conf=dev["alloc_conf"] if isinstance(dev["alloc_conf"], str) else None,
-                      oom_events=int(dev["oom_events"]), envelope=t.get("memory_scaling", pd.DataFrame()))
+                      oom_events=int(dev["oom_events"]))
 
 
 def gib(nbytes: float | None) -> str:

@@ -48,7 +48,7 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def _rank(ra, config, report):
-    m = rank_memory(ra)
+    m = rank_memory(ra, config)
     if m is None or m.peak_reserved is None or m.peak_reserved <= 0:
         return None
     if m.alloc_conf and "expandable_segments:true" in m.alloc_conf.replace(" ", "").lower():
@@ -63,7 +63,7 @@ def _rank(ra, config, report):
 
 def _summary(hits, w, report, config):
     e = w.ev
-    m = rank_memory(w.ra)
+    m = rank_memory(w.ra, config)
     cap = m.capacity if m else None
     title = (f"The allocator reserves {gib(e.peak_reserved_bytes)} for a peak of {gib(e.peak_allocated_bytes)} "
              f"allocated: {gib(e.slack_bytes)} ({100 * e.slack_share:.0f} %) fragmented (rank {e.rank})")

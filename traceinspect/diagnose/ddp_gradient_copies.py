@@ -47,7 +47,7 @@ def _rank(ra, config, report):
     ddp = md.get("ddp") if isinstance(md.get("ddp"), dict) else None
     if ddp is None or ddp.get("gradient_as_bucket_view") is not False:
         return None
-    m = rank_memory(ra)
+    m = rank_memory(ra, config)
     if m is None:
         return None
     s = m.steps
@@ -63,7 +63,7 @@ def _rank(ra, config, report):
 
 def _summary(hits, w, report, config):
     e = w.ev
-    m = rank_memory(w.ra)
+    m = rank_memory(w.ra, config)
     stake = e.peak_allocated_bytes - e.peak_without_copies_bytes
     title = (f"DDP keeps the gradients twice (gradient_as_bucket_view=False): bucket views take {gib(stake)} off "
              f"the peak (rank {e.rank})")

@@ -52,7 +52,7 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def _rank(ra, config, report):
-    m = rank_memory(ra)
+    m = rank_memory(ra, config)
     if m is None or len(m.steps) < 3:
         return None
     ends = m.steps["end_allocated"].to_numpy(np.int64)
@@ -79,7 +79,7 @@ def _rank(ra, config, report):
 
 def _summary(hits, w, report, config):
     e = w.ev
-    m = rank_memory(w.ra)
+    m = rank_memory(w.ra, config)
     top = f": {shown(e.growers[0].op, 60)} in the {e.growers[0].phase}" if e.growers else ""
     title = (f"Allocated memory grows {gib(e.growth_bytes_per_step)} every step (rank {e.rank}){top}, never "
              f"freed")

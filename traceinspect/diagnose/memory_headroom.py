@@ -40,7 +40,7 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def _rank(ra, config, report):
-    m = rank_memory(ra)
+    m = rank_memory(ra, config)
     if m is None or not m.capacity or m.peak_reserved is None or not m.batch or not m.max_batch:
         return None
     if m.peak_reserved >= config.memory_headroom_share * m.capacity or m.max_batch < 2 * m.batch:

@@ -49,7 +49,7 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def _rank(ra, config, report):
-    m = rank_memory(ra)
+    m = rank_memory(ra, config)
     if m is None or not m.capacity:
         return None
     held = m.peak_reserved if m.peak_reserved is not None else m.peak_allocated

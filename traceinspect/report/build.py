@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from msgspec import UNSET
 
+from ..config import DEFAULT
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
@@ -107,7 +108,7 @@ def _records(table: pd.DataFrame | None) -> list[dict]:
     return [clean(x) for x in table.to_dict("records")] if table is not None else []
 
 
-def rank_doc(ra, acc: dict | None = None) -> RankDoc:
+def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
     acc = acc or {}
     step_claims = acc.get("step_claims") or {}
     colls = ra.tables.get("collectives")
@@ -159,15 +160,15 @@ def rank_doc(ra, acc: dict | None = None) -> RankDoc:
         timeline=timeline_doc(ra),
         setup=setup_doc(getattr(ra, "setup", None)),
         unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
-        **_memory_fields(ra),
+        **_memory_fields(ra, config),
         throughput=throughput_doc(ra),
     )
 
 
-def _memory_fields(ra) -> dict:
+def _memory_fields(ra, config) -> dict:
     from .memory_doc import memory_doc
 
-    doc, reason = memory_doc(ra)
+    doc, reason = memory_doc(ra, config)
     return {"memory": doc} if doc is not None else {"memory": None, "memory_reason": reason}
 
 
@@ -218,7 +219,7 @@ def build_doc(report) -> ReportDoc:
         source=report.source,
         world_size=report.world_size,
         ranks_analyzed=len(report.ranks),
-        ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank)) for r in report.ranks],
+        ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank), report.config) for r in report.ranks],
         verdict=clean(acc.get("verdict")),
         findings=[finding_doc(f) for f in report.findings],
         skipped=[SkippedDoc(file=s.file, reason=s.reason) for s in report.skipped],

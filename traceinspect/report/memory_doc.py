@@ -30,13 +30,15 @@ def _rows(t: pd.DataFrame | None) -> list[dict]:
     return t.to_dict("records") if t is not None and len(t) else []
 
 
-def memory_doc(ra) -> tuple[MemoryDoc | None, str | None]:
+def memory_doc(ra, config) -> tuple[MemoryDoc | None, str | None]:
     """(the rank's MemoryDoc, None), or (None, why there is none)."""
+    from ..analyze.outlook import memory_outlook
+
     t = ra.tables
-    if "memory_steps" not in t:
+    o = memory_outlook(ra, config)
+    if o is None:
         return None, HOW_TO_RECORD
     dev = t["memory_device"].iloc[0]
-    summ = t["memory_summary"].iloc[0]
     steps = [MemoryStepDoc(step=int(r["step"]), start_allocated_bytes=_int(r["start_allocated"]),
                            peak_allocated_bytes=_int(r["peak_allocated"]), peak_reserved_bytes=_int(r["peak_reserved"]),
                            end_allocated_bytes=_int(r["end_allocated"]), peak_at_us=_num(r["peak_at_us"]),
@@ -44,44 +46,34 @@ def memory_doc(ra) -> tuple[MemoryDoc | None, str | None]:
                            scaling_at_peak_bytes=_int(r["scaling_at_peak"]),
                            host_peak_allocated_bytes=_int(r["host_peak_allocated"]))
              for r in _rows(t["memory_steps"])]
-    peaks = [s.peak_allocated_bytes for s in steps if s.peak_allocated_bytes is not None]
-    reserved = [s.peak_reserved_bytes for s in steps if s.peak_reserved_bytes is not None]
-    capacity = _int(dev["capacity"])
     reasons = []
-    if capacity is None:
+    if o.capacity is None:
         reasons.append("capacity: the trace names no device memory (deviceProperties[].totalGlobalMem)"
                        if int(dev["device_type"]) != 0 else "capacity: a CPU-only run (host memory)")
-    b0 = summ["batch_size"]
-    b0 = int(b0) if b0 is not None and not (isinstance(b0, float) and math.isnan(b0)) else None
-    if b0 is None:
-        reasons.append("batch_size: not recorded (capture metadata batch_size or the DataLoader's)")
-    accum = summ["accumulation_steps"]
-    accum = int(accum) if accum is not None and not (isinstance(accum, float) and math.isnan(accum)) else None
+    if o.batch is None:
+        reasons.append(f"batch_size: {o.batch_source}")
     holders = _rows(t.get("memory_peak"))
     return MemoryDoc(
-        device_type=int(dev["device_type"]), device_id=int(dev["device_id"]), capacity_bytes=capacity,
-        peak_allocated_bytes=max(peaks) if peaks else None, peak_reserved_bytes=max(reserved) if reserved else None,
-        peak_share=(max(reserved) / capacity) if reserved and capacity else None,
-        unseen_bytes=int(summ["unseen"]), unseen_source="capture" if bool(summ["unseen_recorded"]) else "assumed",
-        reserved_ratio=_num(summ["reserved_ratio"]),
+        device_type=int(dev["device_type"]), device_id=int(dev["device_id"]), capacity_bytes=o.capacity,
+        peak_allocated_bytes=o.peak_allocated, peak_reserved_bytes=o.peak_reserved,
+        peak_share=(o.peak_reserved / o.capacity) if o.peak_reserved is not None and o.capacity else None,
+        unseen_bytes=o.unseen, unseen_source="capture" if o.unseen_recorded else "assumed",
+        reserved_ratio=o.reserved_ratio,
         alloc_conf=dev["alloc_conf"] if isinstance(dev["alloc_conf"], str) else None,
         oom_events=int(dev["oom_events"]), steps=steps,
         peak_holders=[MemoryHolderDoc(origin=h["origin"], phase=h["phase"], op=str(h["op"]), bytes=int(h["bytes"]),
                                       count=int(h["count"])) for h in holders[:TOP_HOLDERS]],
         leaks=[MemoryLeakDoc(step=int(x["step"]), phase=x["phase"], op=str(x["op"]), bytes=int(x["bytes"]),
                              count=int(x["count"])) for x in _rows(t.get("memory_leak"))],
-        growth_bytes_per_step=_num(summ["growth_per_step"]),
-        batch_size=b0, batch_source=summ["batch_source"] if isinstance(summ["batch_source"], str) else None,
-        accumulation_steps=accum, max_batch_predicted=_int(summ["max_batch"]),
-        predicted=[MemoryPredictionDoc(batch=int(p["batch"]), peak_allocated_bytes=int(p["peak_allocated"]),
-                                       peak_reserved_bytes=int(p["peak_reserved"]),
-                                       fits=None if p["fits"] is None or p["fits"] != p["fits"] else bool(p["fits"]),
-                                       measured=bool(p["measured"])) for p in _rows(t.get("memory_predicted"))],
-        accumulation_options=[AccumulationOptionDoc(batch=int(a["batch"]), accum_steps=int(a["accum_steps"]),
-                                                    logical_batch=int(a["logical_batch"]),
-                                                    peak_allocated_bytes=int(a["peak_allocated"]),
-                                                    fits=None if a["fits"] is None or a["fits"] != a["fits"]
-                                                    else bool(a["fits"]), current=bool(a["current"]))
-                              for a in _rows(t.get("memory_accum"))],
+        growth_bytes_per_step=_num(dev["growth_per_step"]),
+        batch_size=o.batch, batch_source=o.batch_source if o.batch else None, accumulation_steps=o.accum,
+        max_batch_predicted=o.max_batch,
+        predicted=[MemoryPredictionDoc(batch=p.batch, peak_allocated_bytes=p.peak_allocated,
+                                       peak_reserved_bytes=p.peak_reserved, fits=p.fits, measured=p.measured)
+                   for p in o.predicted],
+        accumulation_options=[AccumulationOptionDoc(batch=a.batch, accum_steps=a.accum_steps,
+                                                    logical_batch=a.logical_batch,
+                                                    peak_allocated_bytes=a.peak_allocated, fits=a.fits,
+                                                    current=a.current) for a in o.accum_options],
         reasons=reasons,
     ), None
