@@ -230,6 +230,12 @@ class Config:
         64 << 20,
         "Gradient copies: the peak it would lower at least this much (64 MiB); smaller models gain little.")
 
+    # --- cost (docs/metrics.md, "Cost") ---------------------------------------------------------------------------
+    gpu_hour_price: float = setting(
+        0.0,
+        "The price of one GPU-hour, in your currency, to show costs beside GPU-hours; 0 (the default): no price is "
+        "assumed and only GPU-hours are shown.")
+
     # --- nvidia-smi view ---------------------------------------------------------------------------------------
     util_window_us: float = setting(
         100_000.0,

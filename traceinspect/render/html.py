@@ -114,13 +114,11 @@ def _memory(d: dict) -> list[dict]:
     from . import memory as mem
 
     missing = mem.not_recorded(d)
-    if missing:
-        return [{"headline": missing, "tables": [], "notes": []}]
-    out = []
+    out = [{"headline": f"Memory: {missing}", "tables": [], "notes": []}] if missing else []
     for r in d.get("ranks") or []:
         m = r.get("memory")
         line = mem.headline(r)
-        if not line:
+        if not line or missing:
             continue
         tables = []
         if m:
@@ -130,6 +128,11 @@ def _memory(d: dict) -> list[dict]:
                 tables.append({"head": mem.PREDICT_HEAD, "rows": mem.predict_rows(m)})
         notes = [x for x in (mem.accumulation_line(m) if m else None, mem.note(m) if m else None) if x]
         out.append({"headline": line, "tables": tables, "notes": notes})
+    for r in d.get("ranks") or []:  # cost and the trade-off table
+        title, rows, cost = mem.tradeoff_title(r), mem.tradeoff_rows(r), mem.cost_line(r)
+        if cost or (title and rows):
+            out.append({"headline": cost or "", "tables": [{"head": mem.TRADEOFF_HEAD, "rows": rows}] if rows else [],
+                        "notes": [title] if title and rows else []})
     return out
 def _throughput(d: dict) -> dict | None:
     """The throughput section: the job's line, and per rank its figures and roofline rows (``render/throughput``)."""

@@ -80,6 +80,20 @@ def _memory(d: dict) -> list[str]:
     return out
 
 
+def _cost(d: dict) -> list[str]:
+    from . import memory as mem
+
+    costs = [c for c in (mem.cost_line(r) for r in d["ranks"]) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d["ranks"]]
+    tables = [(t, rows) for t, rows in tables if t and rows]
+    if not costs and not tables:
+        return []
+    out = ["## Cost and the batch x accumulation trade-off", ""] + [f"- {md(c)}" for c in costs] + [""]
+    for title, rows in tables:
+        out += [md(title), ""] + table(mem.TRADEOFF_HEAD, rows)
+    return out
+
+
 def render_markdown(d: dict, plots: list[str] | None = None) -> str:
     """The report as Markdown; ``plots``: PNG file names beside the .md file to show after the findings' summary."""
     n = d.get("ranks_analyzed", len(d["ranks"]))
@@ -116,6 +130,7 @@ def render_markdown(d: dict, plots: list[str] | None = None) -> str:
         out += ["## nvidia-smi view", "", "What GPU-Util would have shown (docs/utilization.md).", ""]
         out += [f"- rank {rk}: {md(u)}" for rk, u in util] + [""]
     out += _memory(d)
+    out += _cost(d)
     if d.get("errors"):
         out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(d)] + [""]
     if d["skipped"]:

@@ -99,3 +99,56 @@ def note(m: dict) -> str:
            else "assumed (memory_unseen_bytes): the capture did not record the device's free memory")
     return (f"Unseen by the allocator (CUDA context, NCCL buffers, other processes): {size(m.get('unseen_bytes'))}, "
             f"{src}. Predictions: docs/memory.md.")
+
+
+# --- cost and the batch x accumulation trade-off (docs/metrics.md) ----------------------------------------------
+
+def gpu_time(hours) -> str:
+    """GPU-hours as a short figure: GPU-h from a tenth of an hour, GPU-s below (never a long fraction)."""
+    if hours is None:
+        return "-"
+    if hours >= 0.1:
+        return f"{hours:,.3g} GPU-h" if hours < 1000 else f"{hours:,.0f} GPU-h"
+    return f"{hours * 3600:,.3g} GPU-s" if hours * 3600 < 1000 else f"{hours * 3600:,.0f} GPU-s"
+
+
+def money(v) -> str:
+    return f"{v:,.2f}" if v >= 0.01 else f"{v:.2g}"
+
+
+def cost_line(r: dict) -> str | None:
+    c = r.get("cost")
+    if not c or c.get("gpu_hours_per_million_samples") is None:
+        return None
+    line = f"rank {r['rank']}: {gpu_time(c['gpu_hours_per_million_samples'])} per million samples"
+    if c.get("projected_gpu_hours_per_million_samples") is not None:
+        line += f", {gpu_time(c['projected_gpu_hours_per_million_samples'])} with every finding fixed"
+    if c.get("cost_per_million_samples") is not None:
+        line += (f"; {money(c['cost_per_million_samples'])} per million samples at {c['gpu_hour_price']:g} a "
+                 "GPU-hour")
+        if c.get("projected_cost_per_million_samples") is not None:
+            line += f" ({money(c['projected_cost_per_million_samples'])} fixed)"
+    return line
+
+
+TRADEOFF_HEAD = ["batch x accum", "ms per logical batch", "peak alloc", "all-reduces", "samples/s",
+                 "GPU per M samples", ""]
+
+
+def tradeoff_rows(r: dict) -> list[list[str]]:
+    rows = []
+    for o in r.get("tradeoff") or []:
+        mark = ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best")),
+                                         ("fit not known", o.get("fits") is None)) if on)
+        gh = o.get("gpu_hours_per_million_samples")
+        rows.append([f"{o['batch']} x {o['accum_steps']}", f"{o['step_ms']:.2f}", size(o.get("peak_bytes")),
+                     str(o["allreduces"]), f"{o['samples_per_s']:,.0f}", gpu_time(gh), mark])
+    return rows
+
+
+def tradeoff_title(r: dict) -> str | None:
+    m = r.get("tradeoff_model")
+    if not m:
+        return None
+    return (f"rank {r['rank']}: the logical batch of {m['logical_batch']} as physical batch x accumulation steps, "
+            "predicted from this trace (docs/metrics.md, \"The trade-off table\")")

@@ -163,6 +163,28 @@ def _memory(d: dict, console: Console) -> None:
                 console.print(plain(f"  {n}", style="dim"))
 
 
+def _cost(d: dict, console: Console) -> None:
+    from . import memory as mem
+
+    costs = [c for c in (mem.cost_line(r) for r in d["ranks"]) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d["ranks"]]
+    tables = [(t, rows) for t, rows in tables if t and rows]
+    if not costs and not tables:
+        return
+    console.print()
+    console.print(plain("Cost and the batch x accumulation trade-off (docs/metrics.md)", style="bold"))
+    for c in costs:
+        console.print(plain(f"  {c}"))
+    for title, rows in tables:
+        console.print(plain(f"  {title}"))
+        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 2))
+        for i, h in enumerate(mem.TRADEOFF_HEAD):
+            t.add_column(h, justify="left" if i in (0, len(mem.TRADEOFF_HEAD) - 1) else "right")
+        for row in rows:
+            t.add_row(*(plain(c) for c in row))
+        console.print(t)
+
+
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
@@ -179,6 +201,7 @@ def render(d: dict, console: Console) -> None:
     _throughput(d, console)
     _utilization(d, console)
     _memory(d, console)
+    _cost(d, console)
     if d.get("errors"):
         console.print()
         for e in sections.errors(d):

@@ -21,7 +21,8 @@ from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
                   LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
-from .throughput import job_throughput_doc, throughput_doc
+from .throughput import (cost_fields, finding_cost, job_throughput_doc, samples_per_step, throughput_doc,
+                         tradeoff_fields)
 
 
 def clean(v):
@@ -162,6 +163,8 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
         unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
         **_memory_fields(ra, config),
         throughput=throughput_doc(ra),
+        **tradeoff_fields(ra, config),
+        **cost_fields(ra, acc, config),
     )
 
 
@@ -200,8 +203,9 @@ _NESTED = {"explained_by": _claims, "loader_bound": lambda d: LoaderBoundDoc(**d
            "after_loader_fix": lambda d: AfterFixDoc(**d)}
 
 
-def finding_doc(f) -> FindingDoc:
+def finding_doc(f, samples: dict | None = None, config=DEFAULT) -> FindingDoc:
     extra = {k: clean(v) for k, v in f.extra.items()}
+    extra.update(finding_cost(f, samples or {}, config))
     for k, make in _NESTED.items():
         if k in extra:
             extra[k] = make(extra[k])
@@ -214,6 +218,7 @@ def finding_doc(f) -> FindingDoc:
 def build_doc(report) -> ReportDoc:
     """A diagnose ``Report`` -> its ``ReportDoc``."""
     acc = report.accounting or {}
+    samples = samples_per_step(report)
     return ReportDoc(
         schema=SCHEMA,
         source=report.source,
@@ -221,7 +226,7 @@ def build_doc(report) -> ReportDoc:
         ranks_analyzed=len(report.ranks),
         ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank), report.config) for r in report.ranks],
         verdict=clean(acc.get("verdict")),
-        findings=[finding_doc(f) for f in report.findings],
+        findings=[finding_doc(f, samples, report.config) for f in report.findings],
         skipped=[SkippedDoc(file=s.file, reason=s.reason) for s in report.skipped],
         missing_ranks=list(report.missing_ranks),
         cross_rank=clean(report.cross_rank or {}),

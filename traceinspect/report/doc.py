@@ -352,6 +352,42 @@ class JobThroughputDoc(Struct, kw_only=True):
     reasons: dict[str, str]
 
 
+class TradeoffRowDoc(Struct, kw_only=True):
+    """One (physical batch, accumulation steps) option for the rank's logical batch (docs/metrics.md, "The
+    trade-off table"): predicted from this trace, never a row the memory outlook predicts will not fit."""
+
+    batch: int
+    accum_steps: int
+    step_ms: float  # predicted time per logical batch (one optimizer step), ms
+    peak_bytes: int | None  # predicted peak allocated memory; null without memory events
+    fits: bool | None  # within the device less what the allocator does not see; null: not known
+    allreduces: int  # gradient all-reduce rounds per logical batch
+    samples_per_s: float
+    gpu_hours_per_million_samples: Num  # per GPU (the job's is the same: its samples scale with its GPUs)
+    current: bool  # the configuration the trace ran
+    best: bool  # the most samples per second of the rows
+
+
+class TradeoffDoc(Struct, kw_only=True):
+    """The trade-off table and the measured terms of its model (us)."""
+
+    logical_batch: int
+    basis: str
+    terms: dict[str, Num | bool]
+    rows: list[TradeoffRowDoc]
+
+
+class CostDoc(Struct, kw_only=True):
+    """What a million samples cost on the rank's GPU, today and with every finding fixed (docs/metrics.md, "Cost"):
+    GPU-hours, and money where ``gpu_hour_price`` is set (null otherwise; no price is assumed)."""
+
+    gpu_hours_per_million_samples: Num
+    projected_gpu_hours_per_million_samples: Num  # at the projected step (every time finding fixed)
+    gpu_hour_price: Num
+    cost_per_million_samples: Num
+    projected_cost_per_million_samples: Num
+
+
 class RankDoc(Struct, omit_defaults=True, kw_only=True):
     rank: int
     world_size: int | None
@@ -380,6 +416,10 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     # Device memory (docs/memory.md); null with ``memory_reason`` when the trace has no memory events.
     memory: MemoryDoc | None | UnsetType = UNSET
     memory_reason: str | UnsetType = UNSET
+    # The batch x accumulation trade-off (docs/metrics.md); absent where batch or micro-batches are not known.
+    tradeoff: list[TradeoffRowDoc] | UnsetType = UNSET
+    tradeoff_model: TradeoffDoc | UnsetType = UNSET
+    cost: CostDoc | UnsetType = UNSET  # absent where the samples per step are not known
     # Throughput, model FLOPs from the recorded shapes, MFU and GPU time per sample (docs/metrics.md)
     throughput: ThroughputDoc | UnsetType = UNSET
 
@@ -406,6 +446,10 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     loader_bound: LoaderBoundDoc | UnsetType = UNSET  # the claim beyond the measured loader's pace, cut off
     after_loader_fix: AfterFixDoc | UnsetType = UNSET  # saved only once the DataLoader keeps up (paced steps)
     bytes_at_stake: int | None | UnsetType = UNSET  # a memory finding: bytes of peak memory its fix frees
+    # a time finding's claim as GPU-hours per million samples on the claim rank (docs/metrics.md, "Cost"), and in
+    # money where gpu_hour_price is set
+    gpu_hours_per_million_samples: Num | UnsetType = UNSET
+    cost_per_million_samples: Num | UnsetType = UNSET
 
 
 class SkippedDoc(Struct):

@@ -43,3 +43,71 @@ def job_throughput_doc(report):
     kinds = tuple(getattr(strategy, "kinds", ()) or ())
     j = job_throughput(figures, report.world_size, kinds)
     return JobThroughputDoc(**{k: clean(v) for k, v in asdict(j).items()})
+
+
+def tradeoff_fields(ra, config) -> dict:
+    """``tradeoff`` (the rows) and ``tradeoff_model`` (the rows with the model's terms), or nothing."""
+    from ..analyze.outlook import memory_outlook
+    from ..analyze.tradeoff import tradeoff
+    from .build import clean
+    from .doc import TradeoffDoc, TradeoffRowDoc
+
+    t = _rank_figures(ra)
+    if t is None:
+        return {}
+    table = tradeoff(ra, t, memory_outlook(ra, config))
+    if table is None or not table.options:
+        return {}
+    rows = [TradeoffRowDoc(batch=o.batch, accum_steps=o.accum_steps, step_ms=o.step_us / 1000,
+                           peak_bytes=o.peak_bytes, fits=o.fits, allreduces=o.allreduces,
+                           samples_per_s=o.samples_per_s,
+                           gpu_hours_per_million_samples=clean(o.gpu_hours_per_million_samples),
+                           current=o.current, best=o.best) for o in table.options]
+    return {"tradeoff": rows, "tradeoff_model": TradeoffDoc(logical_batch=table.logical_batch, basis=table.basis,
+                                                            terms=clean(table.terms), rows=rows)}
+
+
+def gpu_hours(us_per_step: float | None, samples_per_step: float | None) -> float | None:
+    """GPU-hours per million samples of ``us_per_step`` on one GPU that trains ``samples_per_step`` a step."""
+    if us_per_step is None or not samples_per_step:
+        return None
+    return us_per_step / 1e6 / samples_per_step * 1e6 / 3600
+
+
+def cost_fields(ra, acc: dict | None, config) -> dict:
+    """``cost``: GPU-hours (and money) per million samples today and at the projected step; nothing where the
+    samples per step are not known."""
+    from .doc import CostDoc
+
+    t = _rank_figures(ra)
+    if t is None or not t.samples_per_step or not t.step_us:
+        return {}
+    price = config.gpu_hour_price or None
+    now = gpu_hours(t.step_us, t.samples_per_step)
+    proj = gpu_hours((acc or {}).get("projected_step_us"), t.samples_per_step)
+    return {"cost": CostDoc(gpu_hours_per_million_samples=now, projected_gpu_hours_per_million_samples=proj,
+                            gpu_hour_price=price, cost_per_million_samples=now * price if price and now else None,
+                            projected_cost_per_million_samples=proj * price if price and proj else None)}
+
+
+def finding_cost(f, samples: dict, config) -> dict:
+    """A time finding's claim as GPU-hours (and money) per million samples on its claim rank; nothing where the
+    claim or that rank's samples per step are not known."""
+    rank = f.extra.get("claim_rank")
+    hours = gpu_hours(f.time_at_stake_us, samples.get(rank)) if f.time_at_stake_us else None
+    if hours is None:
+        return {}
+    out = {"gpu_hours_per_million_samples": hours}
+    if config.gpu_hour_price:
+        out["cost_per_million_samples"] = hours * config.gpu_hour_price
+    return out
+
+
+def samples_per_step(report) -> dict:
+    """rank -> samples per step, where known."""
+    out = {}
+    for ra in report.ranks:
+        t = _rank_figures(ra)
+        if t is not None and t.samples_per_step:
+            out[ra.rank] = t.samples_per_step
+    return out

@@ -1,0 +1,90 @@
+"""The batch x accumulation trade-off and the cost figures (docs/metrics.md), against real captures.
+
+CPU captures of the reference workload at the same logical batch as (32 x 2) and (64 x 1) micro-batches under
+``no_sync``: the table predicted from one capture gives the other's step within 15 % or the steps' own noise
+(three standard errors of both means), whichever is larger. The cost figures are checked against the arithmetic
+done here from the report's own step times and batch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from traceinspect.config import Config
+from traceinspect.run import report_folder
+
+NOCACHE = Config(use_cache=False, workers=1)
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _pair(cpu_capture_factory, batch: int, accum: int) -> dict:
+    folder = cpu_capture_factory(preset="optimized", nproc=1, active=6,
+                                 overrides={"num_workers": 0, "probe_loader": False, "batch_size": batch,
+                                            "accum_steps": accum, "no_sync": True, "mlp_hidden": 2048})
+    return report_folder(str(folder), NOCACHE).to_dict()
+
+
+def _walls(d: dict) -> np.ndarray:
+    return np.array([s["wall_us"] for s in d["ranks"][0]["steps"]], float)
+
+
+@pytest.mark.timing
+def test_predicted_time_of_the_other_accumulation_pair(cpu_capture_factory):
+    a = _pair(cpu_capture_factory, 32, 2)
+    b = _pair(cpu_capture_factory, 64, 1)
+    for src, dst, batch in ((a, b, 64), (b, a, 32)):
+        rows = {r["batch"]: r for r in src["ranks"][0]["tradeoff"]}
+        assert rows[batch]["accum_steps"] * batch == 64
+        measured = _walls(dst)
+        se = math.sqrt(_walls(src).var(ddof=1) / len(_walls(src)) + measured.var(ddof=1) / len(measured))
+        tol = max(0.15 * measured.mean(), 3 * se)
+        assert abs(rows[batch]["step_ms"] * 1000 - measured.mean()) <= tol, (rows[batch]["step_ms"], measured.mean())
+        cur = [r for r in src["ranks"][0]["tradeoff"] if r["current"]]
+        assert len(cur) == 1 and math.isclose(cur[0]["step_ms"] * 1000, _walls(src).mean(), rel_tol=1e-6)
+
+
+def test_cost_is_step_time_over_samples(tmp_path):
+    folder = FIXTURES / "gpu" / "big_baseline"
+    d = report_folder(str(folder), NOCACHE.with_overrides(gpu_hour_price=2.5)).to_dict()
+    r = d["ranks"][0]
+    t = r["throughput"]
+    samples = t["batch"] * t["accum_steps"]
+    assert samples == r["metadata"]["dataloader"]["batch_size"] * r["metadata"]["accumulation_steps"]
+    hours = r["step_us"] / 1e6 / samples * 1e6 / 3600
+    assert math.isclose(r["cost"]["gpu_hours_per_million_samples"], hours, rel_tol=1e-9)
+    assert math.isclose(r["cost"]["projected_gpu_hours_per_million_samples"],
+                        r["projected_step_us"] / 1e6 / samples * 1e6 / 3600, rel_tol=1e-9)
+    assert math.isclose(r["cost"]["cost_per_million_samples"], 2.5 * hours, rel_tol=1e-9)
+    for f in d["findings"]:
+        if f.get("time_at_stake_us"):
+            assert math.isclose(f["gpu_hours_per_million_samples"],
+                                f["time_at_stake_us"] / 1e6 / samples * 1e6 / 3600, rel_tol=1e-9)
+    plain = report_folder(str(folder), NOCACHE).to_dict()
+    assert plain["ranks"][0]["cost"]["cost_per_million_samples"] is None  # no price assumed
+    assert not [f for f in plain["findings"] if "cost_per_million_samples" in f]
+
+
+def test_no_row_the_memory_outlook_says_will_not_fit():
+    """On every fixture and memory capture that has a trade-off table: no row predicted not to fit, one current
+    row, at most one best, and every row keeps the logical batch."""
+    seen = 0
+    folders = {p.parent for sub in ("gpu", "gpu_memory") for p in (FIXTURES / sub).rglob("*.pt.trace.json*")}
+    for folder in sorted(folders):
+        d = report_folder(str(folder), NOCACHE).to_dict()
+        for r in d["ranks"]:
+            rows = r.get("tradeoff") or []
+            if not rows:
+                continue
+            seen += 1
+            logical = r["tradeoff_model"]["logical_batch"]
+            assert all(x["batch"] * x["accum_steps"] == logical for x in rows)
+            assert all(x["fits"] is not False or x["current"] for x in rows)
+            assert sum(x["current"] for x in rows) == 1 and sum(x["best"] for x in rows) <= 1
+            mem = r.get("memory")
+            if mem and mem.get("max_batch_predicted") is not None:
+                assert all(x["batch"] <= max(mem["max_batch_predicted"], mem["batch_size"]) for x in rows)
+    assert seen
