@@ -42,3 +42,18 @@ def test_runs_top_to_bottom():
     assert "rank(s) loaded" in text and "step " in text and "significant changes against itself: 0" in text
     images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     assert images, "the plots are shown inline"
+
+
+def test_api_of_the_walkthrough_warns_nothing():
+    """What the notebook calls (report.steps, report.table) makes no warning from our code (pandas'
+    PerformanceWarning for a fragmented frame was the first thing a notebook run printed)."""
+    import warnings
+
+    import traceinspect
+    from traceinspect.config import Config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = traceinspect.report_folder(str(GPU_FIXTURE), Config(workers=1, use_cache=False)).analysis
+        assert len(report.steps) and "rank" in report.steps
+        assert "rank" in report.table("collectives")

@@ -274,6 +274,25 @@ def test_message_sizes_are_the_collectives_and_the_cap():
     assert sorted(float(x) for c in ax2.collections for x, _ in c.get_offsets()) == pytest.approx(known)
 
 
+def test_message_sizes_say_what_the_cap_line_means():
+    """The real H200 baseline: every gradient all-reduce is 256x its run's 1 MiB cap; the plot says what the dashed
+    line is and what a call so far above it means."""
+    import traceinspect
+    from traceinspect.config import Config
+    from traceinspect.render.plots import png_bytes
+
+    d = json.loads(json.dumps(traceinspect.report_folder(str(Path(__file__).parents[1] / "fixtures" / "gpu" /
+                                                             "big_baseline"), Config(workers=1)).to_dict()))
+    fig = plots.message_sizes_figure(d)
+    png_bytes(fig)
+    note = " ".join(fig._supxlabel.get_text().split())
+    assert note.startswith("Dashed line: the DDP bucket cap (1 MiB, from the capture)")
+    assert "12 calls well above it (up to 256 MiB, 256x the cap)" in note and "never splits a parameter" in note
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()] if fig.axes[0].get_legend() else \
+        [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert any("DDP bucket cap 1 MiB" in x for x in legend), legend
+
+
 def test_message_sizes_skipped_without_collectives():
     need(BERT)
     _, rep, d = analyzed(BERT)

@@ -16,7 +16,7 @@ import click
 from ..errors import UsageError
 from ..render.diff_text import render_diff_text  # noqa: F401  (the diff's text lives with the other renderers)
 from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
-                      settings_option, width_option, workers_option)
+                      settings_option, text_width, width_option, workers_option)
 from .output import write_text
 from ..render.diff_pages import render_diff_html, render_diff_markdown
 from ..render.diff_work_text import render_gate_line, render_work_rate_text
@@ -126,7 +126,7 @@ def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, n
     _write(json_path, lambda: json.dumps(dd, indent=1))
     if not quiet and json_path != "-":
         echo_text(render_diff_text, dd, width)
-        click.echo(render_work_rate_text(dd, width=width or 120), nl=False)
+        click.echo(render_work_rate_text(dd, width=text_width(width)), nl=False)
     gate = dd.get("gate")
     if gate is not None:
         click.echo(render_gate_line(gate), err=quiet or json_path == "-")

@@ -7,8 +7,9 @@
        system's temporary folder, never the trace folder)
   130  interrupted (Ctrl-C);  143  terminated (SIGTERM): the worker processes are stopped first
 
-A closed stdout (``| head -1``) ends the command quietly with 0; a stdout that cannot be written (a full disk,
-``> /dev/full``) is one line and 2.
+A closed stdout (``| head -1``, or ``>&-``: started without one) ends the command quietly with 0; a stdout that
+cannot be written (a full disk, ``> /dev/full``) is one line and 2. Nothing, whatever happens, prints a traceback:
+the process entry point (``entry``) turns even a failure of this module into one line and 3.
 """
 
 from __future__ import annotations
@@ -70,10 +71,27 @@ def _writing_stdout(exc: OSError) -> bool:
 def _stdout_broken() -> OSError | None:
     """The error stdout gives now, if it cannot be written."""
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except OSError as exc:
         return exc
     return None
+
+
+def open_missing_streams() -> None:
+    """A process started with stdout or stderr closed (``>&-``: Python then has ``sys.stdout`` None) gets
+    /dev/null there: what it prints is dropped, as for a reader that stopped reading (exit 0, nothing else)."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False))
+        except OSError:
+            pass
 
 
 def exit_process(code: int) -> None:
@@ -103,7 +121,10 @@ def run(command, argv: list[str] | None) -> int:
             sys.stdout, sys.stderr = streams
             return EXIT_OK
         return int(exc.code or 0)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            say("interrupted")
+            return EXIT_INTERRUPTED
         say("aborted")
         return EXIT_INPUT
     except click.ClickException as exc:
@@ -125,6 +146,19 @@ def run(command, argv: list[str] | None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: one line and where its traceback is, never a bare traceback
         return _internal(exc)
     return EXIT_OK
+
+
+def escaped(exc: BaseException) -> int:
+    """The exit code of what got past ``run`` (a signal that arrived between its steps): one line, no traceback."""
+    if isinstance(exc, Terminated):
+        say("terminated")
+        return EXIT_TERMINATED
+    if isinstance(exc, KeyboardInterrupt):
+        say("interrupted")
+        return EXIT_INTERRUPTED
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else EXIT_INPUT
+    return _internal(exc)
 
 
 def _internal(exc: BaseException) -> int:

@@ -131,6 +131,9 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
            executor, scheduler, tb_dir, width, quiet, run_no, all_runs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
     on_stdout = one_stdout(json=json_path, markdown=md_path, html=html_path)
+    if scheduler is not None and not scheduler.strip():  # an unset variable in a script: never a local cluster
+        raise UsageError(f"--scheduler {scheduler!r}: empty (expected tcp://HOST:PORT; leave --scheduler out for a "
+                         "local cluster)")
     if all_runs:
         from .runs import report_all_runs
 
@@ -273,8 +276,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    exits.open_missing_streams()
     exits.install_signal_handlers()
-    exits.exit_process(main())
+    try:
+        code = main()
+    except BaseException as exc:  # noqa: BLE001 - past main's own handling (a signal between its steps): one line
+        code = exits.escaped(exc)
+    exits.exit_process(code)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from .exits import say
 
 #: The text report's width bounds: narrower cannot hold a table row, wider is no screen.
 MIN_WIDTH, MAX_WIDTH = 40, 1000
+#: The text report's width when neither --width, $COLUMNS nor a terminal says one (a pipe, a file).
+DEFAULT_WIDTH = 120
 
 no_cache_option = click.option("--no-cache", is_flag=True,
                                help="Neither read nor write the cache (decode and analyse everything).")
@@ -22,7 +24,8 @@ cache_dir_option = click.option("--cache-dir", metavar="DIR",
 workers_option = click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
                               help="Decoding processes (0 = one per core; at most the cores).")
 width_option = click.option("--width", type=click.IntRange(MIN_WIDTH, MAX_WIDTH), default=None,
-                            help=f"Terminal width for the text report ({MIN_WIDTH} to {MAX_WIDTH}).")
+                            help=f"Width of the text report ({MIN_WIDTH} to {MAX_WIDTH}; default: $COLUMNS, else "
+                                 f"the terminal's, else {DEFAULT_WIDTH}).")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
 markdown_option = click.option("--markdown", "md_path", metavar="PATH",
                                help="Write the Markdown report to PATH ('-' for stdout).")
@@ -54,9 +57,25 @@ def run_config(no_cache: bool, workers: int, cache_dir: str | None, settings=(),
                   **run).with_settings(settings)
 
 
+def text_width(width: int | None = None) -> int:
+    """The text report's width: ``--width``, else ``$COLUMNS`` (as rich and the shell read it), else the width of
+    the terminal stdout is, else ``DEFAULT_WIDTH``; within ``MIN_WIDTH`` and ``MAX_WIDTH``."""
+    if width:
+        return width
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        found = int(columns)
+    else:
+        try:
+            found = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+        except (OSError, ValueError, AttributeError):  # no descriptor (a captured stream), or not a terminal
+            found = 0
+    return min(max(found or DEFAULT_WIDTH, MIN_WIDTH), MAX_WIDTH)
+
+
 def echo_text(render, doc: dict, width: int | None) -> None:
-    """A text renderer's output on stdout: ``--width`` columns (default 120), coloured on a terminal."""
-    click.echo(render(doc, width=width or 120, color=sys.stdout.isatty()), nl=False)
+    """A text renderer's output on stdout, ``text_width(width)`` columns, coloured on a terminal."""
+    click.echo(render(doc, width=text_width(width), color=sys.stdout.isatty()), nl=False)
 
 
 def check_readable_input(path: str) -> None:

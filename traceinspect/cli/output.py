@@ -3,11 +3,17 @@
 A file is written whole or not at all: into a temporary file in the target's folder, then moved over the target
 (``os.replace``), so a reader never sees half a report and an interrupted run leaves the old file. An existing
 symbolic link at the target is replaced by the file, never followed: the file it pointed to is left as it was.
+
+Only a regular file (or a new name, or such a link) is replaced. A character or block device (``/dev/null``), a FIFO
+or a socket is written to directly, in place, and so is a link of the system's under ``/dev`` or ``/proc``
+(``/dev/stderr``, ``/dev/fd/N``: the stream it names, appended to); ``/dev/stdout`` and ``/dev/fd/1`` are stdout,
+as ``-`` is.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -16,11 +22,17 @@ import click
 from ..errors import UsageError
 
 STDOUT = "-"
+#: Names of this process's stdout: written as ``-`` is (the text report is then not printed).
+STDOUT_NAMES = {STDOUT, "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
+
+
+def is_stdout(path: str | None) -> bool:
+    return path is not None and (path in STDOUT_NAMES or os.path.normpath(path) in STDOUT_NAMES)
 
 
 def one_stdout(**targets: str | None) -> str | None:
     """The option that writes to stdout (``-``), if any; two documents on stdout at once would be one mess."""
-    on_stdout = [name for name, value in targets.items() if value == STDOUT]
+    on_stdout = [name for name, value in targets.items() if is_stdout(value)]
     if len(on_stdout) > 1:
         flags = " and ".join(f"--{n}" for n in on_stdout)
         raise UsageError(f"{flags} both write to stdout ('-'): give all but one a file name")
@@ -30,7 +42,7 @@ def one_stdout(**targets: str | None) -> str | None:
 def check_targets(*files: str | None, out_dir: str | None = None) -> None:
     """Before any work: every output's folder must exist (a typo is one line, not a silently made folder tree);
     ``--out DIR`` may be new, but its parent must exist."""
-    wanted = [(p, Path(p).parent) for p in files if p and p != STDOUT]
+    wanted = [(p, Path(p).parent) for p in files if p and not is_stdout(p)]
     if out_dir:
         wanted.append((out_dir, Path(out_dir).resolve().parent))
     for p, parent in wanted:
@@ -46,15 +58,41 @@ def _umask() -> int:
 
 def write_text(path: str, text: str) -> None:
     """``text`` into ``path`` atomically (see the module docstring), or onto stdout when ``path`` is ``-``."""
-    if path == STDOUT:
+    if is_stdout(path):
         click.echo(text, nl=not text.endswith("\n"))
         return
     write_file(path, text.encode("utf-8"))
 
 
+def _written_in_place(p: Path) -> bool:
+    """A target that is not a file to replace: a device, a FIFO or a socket; a link of the system's under /dev or
+    /proc (``/dev/stderr``, ``/dev/fd/N``)."""
+    try:
+        mode = os.lstat(p).st_mode
+    except OSError:
+        return False  # a new name
+    if stat.S_ISLNK(mode):
+        return os.path.abspath(p).startswith(("/dev/", "/proc/"))
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_in_place(path, data: bytes) -> None:
+    """``data`` written to what ``path`` names, in place (appended to a file a system link leads to)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
 def write_file(path, data: bytes) -> None:
-    """``data`` into the file ``path`` atomically (see the module docstring); a one-line error naming it."""
+    """``data`` into the file ``path`` atomically, or in place where it is a device, a FIFO or a socket (see the
+    module docstring); a one-line error naming it."""
     p = Path(path)
+    if _written_in_place(p):
+        _write_in_place(path, data)
+        return
     if not p.parent.is_dir():
         raise UsageError(f"{path}: folder {p.parent} does not exist")
     if p.is_dir() and not p.is_symlink():

@@ -15,7 +15,7 @@ and the peak reserved reaches ``memory_near_full_share`` of it (the slack is the
 
 **Fix**: expandable segments, which grow one segment instead of reserving new ones::
 
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torchrun ...
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import msgspec
 from ._memory import gib, rank_memory, share_grade
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 
-FIX = ("# set before the process first touches CUDA (the launcher's environment):\n"
-       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torchrun --nproc-per-node 8 train.py\n"
+FIX = ("# in the launcher's environment, before the process first touches CUDA:\n"
+       "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
        "# or, first thing in the script: os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'")
 
 

@@ -38,7 +38,7 @@ class Report:
     @property
     def steps(self) -> pd.DataFrame:
         """All ranks' step tables in one DataFrame (column ``rank`` added)."""
-        frames = [r.steps.assign(rank=r.rank) for r in self.ranks]
+        frames = [r.steps.copy().assign(rank=r.rank) for r in self.ranks]  # copy: one block, no fragmentation warning
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     @property

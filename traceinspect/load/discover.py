@@ -1,7 +1,8 @@
 """Finding trace files under a folder (standard library only: the cached report path imports nothing heavy).
 
 Nothing is passed over without a word: a sub-folder that cannot be read, a file named like a trace that cannot be
-looked at, and traceinspect's own cache folders are each returned to the caller with a one-line reason (the report
+looked at, a link that leads out of the folder (a report of a folder reads what is in it, never a file elsewhere
+that a planted link names), and traceinspect's own cache folders are each returned to the caller with a one-line reason (the report
 lists them in ``skipped``; ``--strict`` makes them fatal). A ``CACHEDIR.TAG`` alone hides nothing: only a folder
 whose tag holds exactly traceinspect's bytes is our cache, and only its version folders (``v4``, ...), where the
 entries are, are not read as traces.
@@ -67,10 +68,15 @@ def find_trace_files(path: str | os.PathLike, passed_over: list[tuple[str, str]]
                 dirs.remove(d)
         dirs[:] = sorted(d for d in dirs if d != CACHE_DIRNAME)
         files += [Path(root, n) for n in names if n.endswith(TRACE_SUFFIXES) and not IGNORED_NAMES.match(n)]
-    found = []
+    found, inside = [], os.path.realpath(p)
     for f in sorted(files):
         try:
             if stat.S_ISREG(os.stat(f).st_mode):
+                target = os.path.realpath(f)
+                if os.path.commonpath([inside, target]) != inside:  # a link (of the file or a folder) out of it
+                    out.append((str(f), f"a link leading outside the folder, to {target}: not read (give that "
+                                        "file or its folder to read it)"))
+                    continue
                 found.append(f)
         except OSError as exc:  # a link to nowhere, a file in a folder that can be listed but not entered
             out.append((str(f), f"cannot be read ({_why(exc)})"))

@@ -1,21 +1,19 @@
 """``traceinspect diff --markdown`` and ``--html``: the step-time change, the verdict, and work and rate side by
 side (formatting only: every number comes from the diff dict, ``report/diff_runs.py``). Names from traces are
-escaped: Markdown gets ``\\ ` * _ [ ] < |`` backslash-escaped, HTML is escaped (``html.escape``)."""
+escaped: Markdown by ``safe.markdown`` (CommonMark's escapes) and code spans, HTML by ``html.escape``."""
 
 from __future__ import annotations
 
 import html
-import re
 from itertools import zip_longest
 
+from . import safe
 from .diff_work_text import (SAME_SHAPE_HEAD, name_lines, plain, rate_cells, runs_line, same_shape_cells, signed_ms,
                              work_cells)
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|])")  # what could start markup or end a table cell
 
-
-def md(s) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", plain(s))
+def md(s, cell: bool = False) -> str:
+    return safe.markdown(plain(s), cell=cell)
 
 
 def _step_line(dd: dict) -> str:
@@ -37,7 +35,7 @@ def render_diff_markdown(dd: dict) -> str:
     lines = ["# traceinspect diff", ""]
     for side in ("base", "new"):
         srcs = (dd.get("runs") or {}).get(side) or [dd[side].get("source")]
-        lines.append(f"- {side}: " + ", ".join(f"`{md(s)}`" for s in srcs))
+        lines.append(f"- {side}: " + ", ".join(safe.code_span(plain(s)) for s in srcs))
     lines += ["", md(_step_line(dd)), ""]
     v = dd.get("verdict")
     if v:
@@ -51,12 +49,12 @@ def render_diff_markdown(dd: dict) -> str:
     lines += ["## Work and rate, per step", "",
               "| work | base | new | | rate | base | new | change | effect/step |",
               "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
-    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in _side_by_side(dd)]
+    lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in _side_by_side(dd)]
     same = same_shape_cells(dd)
     if same:
         lines += ["", "## GPU time per kernel of the same name and shape", "",
                   "| " + " | ".join(SAME_SHAPE_HEAD) + " |", "| --- | --- | ---: | ---: | ---: | ---: |"]
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in same]
+        lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in same]
     names = name_lines(dd)
     if names:
         lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]

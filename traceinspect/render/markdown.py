@@ -14,11 +14,16 @@ md = safe.markdown
 code = safe.code_span
 
 
+def cell(text) -> str:
+    """Plain text as a table cell (inline: no block marker to escape)."""
+    return safe.markdown(text, cell=True)
+
+
 def table(head: list[str], rows: list[list[str]], aligns: list[str] | None = None) -> list[str]:
     """A Markdown table of plain-text cells (escaped here); ``aligns`` per column (default: the first left, numbers
     right)."""
     aligns = aligns or ["---"] + ["---:"] * (len(head) - 1)
-    return _table([md(h) for h in head], [[md(c) for c in row] for row in rows], aligns)
+    return _table([cell(h) for h in head], [[cell(c) for c in row] for row in rows], aligns)
 
 
 def waterfall_lines(d: dict) -> list[str]:
@@ -27,7 +32,7 @@ def waterfall_lines(d: dict) -> list[str]:
         return []
     rows = [["measured step", fmt.ms(w["step_us"]), ""]]
     rows += [[code(c["id"]) + (f" after {code(c['after'])}" if c.get("after") else ""),
-              fmt.signed_ms(-c["us"]), md(safe.words(c["title"]))] for c in w["claims"]]
+              fmt.signed_ms(-c["us"]), cell(safe.words(c["title"]))] for c in w["claims"]]
     rows += [["projected step", fmt.ms(w["projected_step_us"]), "every finding above fixed"]]
     head = [f"## Where the step could go (rank {w['rank']})", ""]
     return (head + _table(["", "per step", "finding"], rows, ["---", "---:", "---"])

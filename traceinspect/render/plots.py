@@ -12,6 +12,7 @@ it is never read as mathtext.
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -259,9 +260,28 @@ def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure |
     if other_seen:
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="none",
                               markeredgecolor=PALETTE["comm"], label="other collective"))
-    handles.append(Line2D([], [], color="#B00020", linestyle="--", label=f"bucket cap {fmt.mib(cap_mb)}\n({cap_src})"))
+    handles.append(Line2D([], [], color="#B00020", linestyle="--",
+                          label=f"DDP bucket cap {fmt.mib(cap_mb)}\n({cap_src}; see below)"))
     _legend_outside(ax, handles)
+    fig.supxlabel(cap_note(cap_mb, cap_src, c["bytes"].astype(float).to_numpy()), fontsize=8, ha="left", x=0.01)
     return fig
+
+
+def cap_note(cap_mb: float, cap_src: str, sizes) -> str:
+    """What the dashed line means, and where the calls lie against it, under the message-sizes plot."""
+    cap = cap_mb * (1 << 20)
+    above, below = int((sizes > cap * 1.5).sum()), int((sizes < cap / 1.5).sum())
+    where = []
+    if above:
+        where.append(f"{fmt.count(above, 'call')} well above it (up to {_fmt_bytes(float(sizes.max()))}, "
+                     f"{float(sizes.max()) / cap:.0f}x the cap): DDP never splits a parameter between buckets, so "
+                     "such a bucket holds a parameter larger than the cap, or the run bucketed by another cap")
+    if below:
+        where.append(f"{fmt.count(below, 'call')} well below it: small buckets or other collectives, each with its "
+                     "own launch and latency")
+    text = (f"Dashed line: the DDP bucket cap ({fmt.mib(cap_mb)}, {cap_src}), the size up to which DDP packs "
+            "gradients into one all-reduce (bucket_cap_mb)." + (" " + "; ".join(where) + "." if where else ""))
+    return "\n".join(textwrap.wrap(text, 150))
 
 
 # ----------------------------------------------------------------------------------------------------------------

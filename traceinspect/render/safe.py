@@ -68,9 +68,11 @@ def one_line(text, width: int = PATH_WIDTH) -> str:
     return clip(visible(" ".join(("" if text is None else str(text)).split())), width)
 
 
-def lines(text, limit: int = 60, width: int = LINE_WIDTH) -> list[str]:
-    """A block of several lines (a fix): each line through ``words``, at most ``limit`` lines."""
-    out = [words(x, width) for x in ("" if text is None else str(text)).splitlines()]
+def lines(text, limit: int = 60, width: int = LINE_WIDTH, code: bool = False) -> list[str]:
+    """A block of several lines (a fix): each line through ``words``, at most ``limit`` lines. ``code``: the names in
+    a line are kept whole (a shortened name is no longer code), only the line is bounded to ``width``."""
+    text = "" if text is None else str(text)
+    out = [clip(visible(x[: width * 4]), width) if code else words(x, width) for x in text.splitlines()]
     if len(out) > limit:
         out = out[:limit] + [f"... ({len(out) - limit} more lines in the JSON report)"]
     return out
@@ -79,17 +81,29 @@ def lines(text, limit: int = 60, width: int = LINE_WIDTH) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # Markdown (the Markdown report and TensorBoard's Text tab)
 
-_MD_INLINE = re.compile(r"([\\`*_\[\]|])")
+# CommonMark's rules (https://spec.commonmark.org/0.31.2/): a backslash escapes ASCII punctuation only (before a
+# digit or a letter it is a literal backslash), so only characters that could start markup get one.
+_MD_INLINE = re.compile(r"[\\`*\[\]|~]|(?<![^\W_])_|_(?![^\W_])")  # "_" inside a word opens no emphasis
 _MD_HTML = {"&": "&amp;", "<": "&lt;"}  # ">" is only markup after "<" or at the start of a line
-_MD_LINE_START = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")
+# A block marker at the start of a line: a heading, a list item, a quote, a setext underline or thematic break, an
+# ordered list item (its "." or ")" is escaped: "67.1 MB" or "12 ms" starts nothing and keeps no backslash).
+_MD_BLOCK = re.compile(r"^(\s*)(#{1,6}(?=[ \t]|$)|[-+](?=[ \t]|$)|>|=+\s*$|-[\s-]*$|\d{1,9}[.)](?=[ \t]|$))")
 
 
-def markdown(text) -> str:
-    """Plain text as Markdown that shows it literally: HTML written as entities, emphasis, links, code, table pipes
-    and a block marker at the start (``#``, ``-``, ``1.``, ``>``) backslash-escaped. Apply after ``words``."""
-    s = _MD_INLINE.sub(r"\\\1", visible(text))
+def _inert_block(m: re.Match) -> str:
+    lead, mark = m.group(1), m.group(2)
+    return lead + (mark[:-1] + "\\" + mark[-1] if mark[0].isdigit() else "\\" + mark)
+
+
+def markdown(text, cell: bool = False) -> str:
+    """Plain text as Markdown that shows it literally, to CommonMark's rules (and GitHub's tables and
+    strikethrough): HTML written as entities; emphasis, links, code, strikethrough and table pipes backslash-escaped;
+    a block marker at the start (``#``, ``-``, ``1.``, ``>``, ``===``) made inert with one backslash before its
+    punctuation. No backslash before a digit or a letter (it would show). ``cell``: a table cell, where no block
+    starts. Apply after ``words``."""
+    s = _MD_INLINE.sub(lambda m: "\\" + m.group(0), visible(text))
     s = "".join(_MD_HTML.get(ch, ch) for ch in s)
-    return _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), s)
+    return s if cell else _MD_BLOCK.sub(_inert_block, s)
 
 
 def code_span(text) -> str:

@@ -113,8 +113,8 @@ def title(f: dict) -> str:
 
 
 def fix_lines(f: dict) -> list[str]:
-    """A finding's fix, line by line, each visible and bounded (``safe.lines``)."""
-    return safe.lines(f.get("fix") or "")
+    """A finding's fix, line by line, each visible and bounded, its names whole (``safe.lines``)."""
+    return safe.lines(f.get("fix") or "", code=True)
 
 
 def source(d: dict) -> str:

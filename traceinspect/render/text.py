@@ -12,11 +12,12 @@ from __future__ import annotations
 import io
 import re
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import format as fmt, safe, sections, throughput, waterfall
+from . import format as fmt, layout, safe, sections, throughput, waterfall
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -39,13 +40,41 @@ def console_for(buf, width: int, color: bool) -> Console:
                    highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
-def _step_table(r: dict) -> Table:
-    t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
-    for h in sections.step_header(r):
-        t.add_column(h, justify="right")
-    for s in shown_steps(r["steps"]):
-        t.add_row(*(plain(c) for c in sections.step_cells(r, s)))
-    return t
+def say(console: Console, text, indent: int = 0, hang: int = 2, style: str = "") -> None:
+    """One line of the report (``Text`` or a string, printed as ``plain``), wrapped at spaces to the console's
+    width: the first line ``indent`` spaces in, the lines it continues on ``hang`` more."""
+    t = text if isinstance(text, Text) else plain(text, style)
+    if not t.plain:
+        console.print()
+        return
+    cuts = layout.breaks(t.plain, console.width - indent, console.width - indent - hang)
+    for i, part in enumerate(t.divide(cuts)):
+        part.rstrip()
+        lead = len(part.plain) - len(part.plain.lstrip()) if i else 0
+        console.print(Text(" " * (indent + (hang if i else 0))) + part[lead:])
+
+
+def code(console: Console, lines: list[str], indent: int, style: str = "") -> None:
+    """Code lines laid out by ``layout.code`` (never broken mid-token); one that cannot be broken is printed whole,
+    past the width (the terminal wraps it for display)."""
+    for line in layout.code(lines, console.width - indent):
+        console.print(plain(" " * indent + line, style), soft_wrap=True)
+
+
+def _step_tables(r: dict, width: int) -> list[Table]:
+    """The rank's step table; split into groups of columns (each with the step column) when wider than ``width``."""
+    head = sections.step_header(r)
+    rows = [sections.step_cells(r, s) for s in shown_steps(r["steps"])]
+    widths = [max([cell_len(h)] + [cell_len(row[i]) for row in rows]) + (1 if i else 0) for i, h in enumerate(head)]
+    tables = []
+    for group in layout.column_groups(widths, width):
+        t = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
+        for i in group:
+            t.add_column(head[i], justify="right", no_wrap=True)
+        for row in rows:
+            t.add_row(*(plain(row[i]) for i in group))
+        tables.append(t)
+    return tables
 
 
 def _waterfall(d: dict, console: Console) -> None:
@@ -53,10 +82,10 @@ def _waterfall(d: dict, console: Console) -> None:
     if w is None:
         return
     console.print()
-    console.print(plain(f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
-                        "the projected step", style="bold"))
-    for line in waterfall.bar_lines(w):
-        console.print(plain("  " + line))
+    say(console, f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
+                 "the projected step", style="bold")
+    for line in waterfall.bar_lines(w, columns=console.width - 2):
+        say(console, line, indent=2, hang=4)
 
 
 def _findings(d: dict, console: Console) -> None:
@@ -65,34 +94,40 @@ def _findings(d: dict, console: Console) -> None:
         console.print(Text("No problems found.", style="bold green"))
         return
     console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
+    shortened = False
     for f in d["findings"]:
         head = Text()
         head.append(plain(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], "")))
         head.append(plain(f"{f['id']}: ", style="bold"))
         head.append(plain(sections.title(f)))
-        console.print(head)
-        console.print(plain("  " + sections.finding_meta(f)))
+        say(console, head)
+        say(console, sections.finding_meta(f), indent=2)
         for line in sections.finding_notes(f):
-            console.print(plain("  " + line, style="dim"))
-        for line in sections.evidence_lines(f, limit=12, width=110, items=2):
-            console.print(plain("  " + line, style="dim"))
+            say(console, line, indent=2, style="dim")
+        evidence = sections.evidence_lines(f, limit=12, items=2)
+        for line in evidence:
+            say(console, line, indent=2, style="dim")
+        shortened = shortened or any(safe.ELLIPSIS in x for x in [head.plain, *evidence])
         console.print(plain("  fix:"))
-        for line in sections.fix_lines(f):
-            console.print(plain("    " + line, style="green"))
+        code(console, sections.fix_lines(f), 4, style="green")
+    if shortened:
+        say(console, f"({safe.ELLIPSIS} ends a name or value shortened here: the JSON report, --json PATH, has it "
+                     "whole)", style="dim")
 
 
 def _ranks(d: dict, console: Console) -> None:
     for r in d["ranks"]:
         console.print()
-        console.print(plain(sections.rank_title(r), style="bold"))
-        console.print(_step_table(r))
+        say(console, sections.rank_title(r), style="bold")
+        for t in _step_tables(r, console.width):
+            console.print(t)
         for note in sections.rank_notes(r):
-            console.print(plain(note, style="dim"))
+            say(console, note, style="dim")
     for note in sections.footnotes(d):
-        console.print(plain(note, style="dim"))
+        say(console, note, style="dim")
     if d.get("missing_ranks"):
         console.print()
-        console.print(plain(f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold"))
+        say(console, f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold")
 
 
 def _throughput(d: dict, console: Console) -> None:
@@ -101,22 +136,16 @@ def _throughput(d: dict, console: Console) -> None:
     console.print()
     console.print(plain("Throughput, FLOPs and MFU (docs/metrics.md)", style="bold"))
     for line in throughput.job_lines(d):
-        console.print(plain("  " + line))
+        say(console, line, indent=2)
     for r in d["ranks"]:
         lines = throughput.rank_lines(r)
         if lines:
-            console.print(plain(f"  rank {r['rank']}:"))
+            say(console, f"rank {r['rank']}:", indent=2)
             for line in lines:
-                console.print(plain("    " + line))
+                say(console, line, indent=4)
         rows = throughput.roofline_rows(r)
-        if rows:
-            t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 1))
-            for i, h in enumerate(throughput.ROOFLINE_HEAD):  # op and shapes cut to one line: the JSON has them whole
-                t.add_column(h, justify="left" if i < 3 else "right", no_wrap=True, overflow="ellipsis",
-                             max_width={0: 22, 1: 24}.get(i), min_width=None if i < 2 else len(h))
-            for row in rows:
-                t.add_row(*(plain(c) for c in row))
-            console.print(t)
+        if rows:  # split into groups of columns where too wide; the JSON has every figure
+            _tables(console, throughput.ROOFLINE_HEAD, rows, left=3, indent=0)
 
 
 def _utilization(d: dict, console: Console) -> None:
@@ -125,9 +154,22 @@ def _utilization(d: dict, console: Console) -> None:
     if not lines:
         return
     console.print()
-    console.print(plain("nvidia-smi view (what GPU-Util would have shown, docs/utilization.md)", style="bold"))
+    say(console, "nvidia-smi view (what GPU-Util would have shown, docs/utilization.md)", style="bold")
     for rk, u in lines:
-        console.print(plain(f"  rank {rk}: {u}"))
+        say(console, f"rank {rk}: {u}", indent=2)
+
+
+def _tables(console: Console, head: list[str], rows: list[list[str]], left: int = 1, indent: int = 2) -> None:
+    """A table of strings at the console's width: split into groups of columns (each with the first column) when it
+    is wider; the first ``left`` columns left-aligned (names), the rest right-aligned (numbers)."""
+    widths = [max([cell_len(h)] + [cell_len(row[i]) for row in rows]) + 2 for i, h in enumerate(head)]
+    for group in layout.column_groups(widths, console.width - indent):
+        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 2))
+        for i in group:
+            t.add_column(head[i], justify="left" if i < left else "right", overflow="fold")
+        for row in rows:
+            t.add_row(*(plain(row[i]) for i in group))
+        console.print(t)
 
 
 def _memory(d: dict, console: Console) -> None:
@@ -138,29 +180,23 @@ def _memory(d: dict, console: Console) -> None:
     missing = mem.not_recorded(d)
     if missing:
         console.print()
-        console.print(plain(f"Memory: {missing}", style="dim"))
+        say(console, f"Memory: {missing}", style="dim")
     if not lines:
         return
     console.print()
-    console.print(plain("Memory (docs/memory.md)", style="bold"))
+    say(console, "Memory (docs/memory.md)", style="bold")
     for r, h in lines:
-        console.print(plain(f"  {h}"))
+        say(console, h, indent=2)
         m = r.get("memory")
         if not m:
             continue
-        for head, rows in ((mem.STEP_HEAD, mem.step_rows(m)), (mem.HOLDER_HEAD, mem.holder_rows(m, 6)),
-                           (mem.PREDICT_HEAD, mem.predict_rows(m))):
-            if not rows:
-                continue
-            t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 2))
-            for i, h2 in enumerate(head):
-                t.add_column(h2, justify="left" if i < (3 if head is mem.HOLDER_HEAD else 1) else "right")
-            for row in rows:
-                t.add_row(*(plain(c) for c in row))
-            console.print(t)
+        for head, rows, left in ((mem.STEP_HEAD, mem.step_rows(m), 1), (mem.HOLDER_HEAD, mem.holder_rows(m, 6), 3),
+                                 (mem.PREDICT_HEAD, mem.predict_rows(m), 1)):
+            if rows:
+                _tables(console, head, rows, left)
         for n in (mem.accumulation_line(m), mem.note(m)):
             if n:
-                console.print(plain(f"  {n}", style="dim"))
+                say(console, n, indent=2, style="dim")
 
 
 def _cost(d: dict, console: Console) -> None:
@@ -172,29 +208,24 @@ def _cost(d: dict, console: Console) -> None:
     if not costs and not tables:
         return
     console.print()
-    console.print(plain("Cost and the batch x accumulation trade-off (docs/metrics.md)", style="bold"))
+    say(console, "Cost and the batch x accumulation trade-off (docs/metrics.md)", style="bold")
     for c in costs:
-        console.print(plain(f"  {c}"))
+        say(console, c, indent=2)
     for title, rows in tables:
-        console.print(plain(f"  {title}"))
-        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 0, 0, 2))
-        for i, h in enumerate(mem.TRADEOFF_HEAD):
-            t.add_column(h, justify="left" if i in (0, len(mem.TRADEOFF_HEAD) - 1) else "right")
-        for row in rows:
-            t.add_row(*(plain(c) for c in row))
-        console.print(t)
+        say(console, title, indent=2)
+        _tables(console, mem.TRADEOFF_HEAD, rows)
 
 
 def render(d: dict, console: Console) -> None:
     n = d.get("ranks_analyzed", len(d["ranks"]))
     world = d.get("world_size")
-    console.print(plain(f"traceinspect report: {sections.source(d)}", style="bold"))
-    console.print(plain(f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else "")))
+    say(console, f"traceinspect report: {sections.source(d)}", style="bold")
+    say(console, f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
     for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
-        console.print(plain(line))
-    console.print(plain("Verdict: " + verdict(d), style="bold"))
+        say(console, line.strip(), indent=len(line) - len(line.lstrip()))
+    say(console, "Verdict: " + verdict(d), style="bold")
     if sections.communication(d):
-        console.print(plain("Communication: " + sections.communication(d)))
+        say(console, "Communication: " + sections.communication(d))
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)
@@ -205,15 +236,17 @@ def render(d: dict, console: Console) -> None:
     if d.get("errors"):
         console.print()
         for e in sections.errors(d):
-            console.print(plain(f"analysis error: {e}", style="red"))
+            say(console, f"analysis error: {e}", style="red")
     if d["skipped"]:
         console.print()
-        console.print(plain(f"Skipped files ({len(d['skipped'])})", style="bold"))
+        say(console, f"Skipped files ({len(d['skipped'])})", style="bold")
         for line in sections.skipped(d):
-            console.print(plain(f"  {line}"))
+            say(console, line, indent=2, hang=4)
 
 
 def render_text(d: dict, width: int = 120, color: bool = False) -> str:
+    """The terminal report in ``width`` columns: prose wrapped at spaces, the step table split into groups of
+    columns, the waterfall's bars scaled, fix code broken only where Python allows (``layout``)."""
     buf = io.StringIO()
     render(d, console_for(buf, width, color))
     return buf.getvalue()

@@ -12,6 +12,7 @@ from . import format as fmt, safe
 MIN_US = 5.0  # claims below this (0.00 ms as written) get no bar of their own; the count is said instead
 SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#0B57D0"}
 BAR = "\u2588"
+MIN_BAR = 12  # the fewest characters the measured step's bar gets beside the labels before they go on lines of their own
 
 
 def rows(d: dict) -> dict | None:
@@ -44,20 +45,29 @@ def rows(d: dict) -> dict | None:
             "projected_step_us": float(proj) if proj is not None else at, "text": v.get("text")}
 
 
-def bar_lines(w: dict, width: int = 40) -> list[str]:
-    """The waterfall as short text bars: one line per bar, aligned, ``width`` characters for the measured step."""
+def bar_lines(w: dict, width: int = 40, columns: int | None = None) -> list[str]:
+    """The waterfall as text bars: one line per bar, aligned, ``width`` characters for the measured step. With
+    ``columns``, every line fits in that many: the bars shrink (to ``MIN_BAR``), then each label goes on a line of
+    its own above its value and bar."""
     step = w["step_us"] or 1.0
-    name_w = max([len("measured step"), len("projected step")] + [len(c["label"]) + 2 for c in w["claims"]])
+    labels = ["measured step"] + ["- " + c["label"] for c in w["claims"]] + ["projected step"]
+    name_w = max(len(x) for x in labels)
+    stacked = False
+    if columns is not None:
+        width = min(width, columns - name_w - 14)
+        if width < MIN_BAR:
+            stacked, width = True, max(min(40, columns - 14), 1)
 
     def bar(lo: float, hi: float) -> str:
         a, b = round(width * lo / step), round(width * hi / step)
         return " " * a + BAR * max(b - a, 1 if hi > lo else 0)
 
-    out = [f"{'measured step':<{name_w}}  {fmt.ms(w['step_us']):>10}  {bar(0, w['step_us'])}"]
-    for c in w["claims"]:
-        drawn = bar(c["from_us"] - c["us"], c["from_us"])
-        out.append(f"{'- ' + c['label']:<{name_w}}  {fmt.signed_ms(-c['us']):>10}  {drawn}")
-    out.append(f"{'projected step':<{name_w}}  {fmt.ms(w['projected_step_us']):>10}  {bar(0, w['projected_step_us'])}")
+    bars = [(fmt.ms(w["step_us"]), bar(0, w["step_us"]))]
+    bars += [(fmt.signed_ms(-c["us"]), bar(c["from_us"] - c["us"], c["from_us"])) for c in w["claims"]]
+    bars.append((fmt.ms(w["projected_step_us"]), bar(0, w["projected_step_us"])))
+    out = []
+    for label, (value, drawn) in zip(labels, bars):
+        out += [label, f"  {value:>10}  {drawn}"] if stacked else [f"{label:<{name_w}}  {value:>10}  {drawn}"]
     if w.get("tiny"):
         out.append(f"({fmt.count(w['tiny'], 'more finding')} claiming under {fmt.ms(MIN_US * 1.0, 3)} per step)")
     return out

@@ -19,30 +19,11 @@ from ..config import DEFAULT
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
 from .columns import STEP_COLUMNS
+from .values import clean
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
                   LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
 from .throughput import (cost_fields, finding_cost, job_throughput_doc, samples_per_step, throughput_doc,
                          tradeoff_fields)
-
-
-def clean(v):
-    """numpy / pandas scalars -> JSON-safe Python values (NaN -> None)."""
-    if v is None:
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        return None if math.isnan(f) or math.isinf(f) else f
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    if isinstance(v, dict):
-        return {str(k): clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [clean(x) for x in v]
-    if v is pd.NA:
-        return None
-    return v
 
 
 def step_fields(row: dict, basis: str) -> dict:

@@ -8,12 +8,11 @@ from dataclasses import asdict
 from msgspec import UNSET
 
 from ..analyze.throughput import Throughput, job_throughput, rank_throughput
+from .values import clean
 from .doc import JobThroughputDoc, RooflineRowDoc, ThroughputDoc
 
 
 def _doc(t: Throughput) -> ThroughputDoc:
-    from .build import clean
-
     kw = {k: clean(v) for k, v in asdict(t).items() if k != "roofline"}
     return ThroughputDoc(**kw, roofline=[RooflineRowDoc(**clean(asdict(r))) for r in t.roofline])
 
@@ -34,8 +33,6 @@ def throughput_doc(ra):
 
 def job_throughput_doc(report):
     """The job's ``throughput``: the ranks' figures with the world size and the strategy (analyze/strategy.py)."""
-    from .build import clean
-
     figures = [t for t in (_rank_figures(ra) for ra in report.ranks) if t is not None]
     if not figures:
         return UNSET
@@ -49,7 +46,6 @@ def tradeoff_fields(ra, config) -> dict:
     """``tradeoff`` (the rows) and ``tradeoff_model`` (the rows with the model's terms), or nothing."""
     from ..analyze.outlook import memory_outlook
     from ..analyze.tradeoff import tradeoff
-    from .build import clean
     from .doc import TradeoffDoc, TradeoffRowDoc
 
     t = _rank_figures(ra)

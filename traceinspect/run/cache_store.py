@@ -283,8 +283,14 @@ class Store:
             st = os.stat(INDEX, dir_fd=self.fd, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
                 raise sqlite3.DatabaseError("index is not a regular file")
-        except FileNotFoundError:
-            pass
+            if st.st_mode & 0o077:  # an index made before it was private: only its owner reads it now
+                os.chmod(INDEX, 0o600, dir_fd=self.fd)
+        except FileNotFoundError:  # made here, private (0600) like every entry: SQLite gives its journal the same mode
+            try:
+                os.close(os.open(INDEX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                                 dir_fd=self.fd))
+            except FileExistsError:
+                pass  # another report made it first
         path = self.root / self.version / INDEX
         db = sqlite3.connect(f"file:{path}?nofollow=1", uri=True, timeout=30, isolation_level=None)
         db.execute("PRAGMA synchronous = OFF")  # a damaged index is rebuilt from the folder: no fsync per write
