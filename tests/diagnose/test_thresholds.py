@@ -15,12 +15,13 @@ from traceinspect.diagnose.engine import finish
 from traceinspect.run import report_folder
 
 from _real import GPU, PAIRS
-from public_traces import DIFF_CONTROL, need
+from public_traces import DIFF_CONTROL, PUBLIC, need
 
 NOCACHE = Config(use_cache=False, workers=1)
 STRATEGIES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 # Where each rule fires (the first folder it fires on and a setting changes is enough); a name is a CPU capture
-# made by the test (a fixture below).
+# made by the test (a fixture below); a (folder, settings) pair fires with those settings (a floor sized for a GPU
+# lowered for a CPU capture, a share lowered for a public trace whose card is far from full).
 WHERE = {
     "pageable-memcpy": [GPU / "big_baseline", PAIRS / "big_pageable"],
     "dataloader-stall": [GPU / "big_baseline"],
@@ -38,6 +39,11 @@ WHERE = {
     "fsdp-exposed-allgather": [PAIRS.parent / "cpu_strategies" / "fsdp2_2"],
     "pipeline-bubble": [STRATEGIES / "pp2_m8"],
     "tp-exposed-comm": [STRATEGIES / "tp2_replicate"],
+    "allocator-slack": [PUBLIC / "hta_v100_memory"],
+    "memory-near-full": [(PUBLIC / "hta_v100_memory", {"memory_near_full_share": 0.3})],
+    "memory-headroom": [PUBLIC / "tracelens_mi300_memory"],
+    "memory-growth": [("leak_run", {"memory_growth_min_bytes": 512 * 1024})],
+    "ddp-gradient-copies": [("copies_run", {"ddp_gradient_copies_min_bytes": 1 << 20})],
 }
 CASES = [(r.id, n) for r in all_rules() for n in thresholds_of(r)]
 
@@ -66,6 +72,22 @@ def straggler_run(cpu_capture_factory):
     return cpu_capture_factory(preset="optimized", overrides={"num_workers": 0, "item_delay_ms": 20, "slow_rank": 1})
 
 
+@pytest.fixture(scope="module")
+def leak_run(cpu_capture_factory):
+    """One CPU rank whose step keeps its output alive (the reference workload's planted leak, 1 MiB a step)."""
+    return cpu_capture_factory(preset="optimized", nproc=1, profile_memory=True,
+                               overrides={"num_workers": 0, "accum_steps": 1, "keep_outputs": True,
+                                          "probe_loader": False, "batch_size": 64, "num_classes": 4096})
+
+
+@pytest.fixture(scope="module")
+def copies_run(cpu_capture_factory):
+    """DDP on 2 CPU ranks without gradient bucket views, host memory recorded."""
+    return cpu_capture_factory(preset="optimized", nproc=2, profile_memory=True,
+                               overrides={"num_workers": 0, "accum_steps": 1, "probe_loader": False,
+                                          "mlp_hidden": 1024, "gradient_as_bucket_view": False})
+
+
 def test_every_rule_with_settings_has_a_fixture():
     assert {rid for rid, _ in CASES} <= set(WHERE)
 
@@ -75,14 +97,18 @@ def test_every_listed_threshold_changes_its_rules_finding(rule_id, name, request
     if DIFF_CONTROL in WHERE[rule_id]:
         need(DIFF_CONTROL)
     folders = []
-    for folder in WHERE[rule_id]:
+    for where in WHERE[rule_id]:
+        folder, settings = where if isinstance(where, tuple) else (where, {})
+        if isinstance(folder, Path) and PUBLIC in folder.parents:
+            need(folder)
         folder = request.getfixturevalue(folder) if isinstance(folder, str) else folder
         folders.append(folder)
         rep = _analysis(folder)
-        base = _finding(rep, rule_id, NOCACHE)
+        config = NOCACHE.with_overrides(**settings) if settings else NOCACHE
+        base = _finding(rep, rule_id, config)
         if not base:
             continue  # the rule does not fire here: the next folder
         for value in _extremes(name, getattr(NOCACHE, name)):
-            if _finding(rep, rule_id, dataclasses.replace(NOCACHE, **{name: value})) != base:
+            if _finding(rep, rule_id, dataclasses.replace(config, **{name: value})) != base:
                 return
     pytest.fail(f"{name} set to either extreme changes no {rule_id} finding on {[f.name for f in folders]}")

@@ -21,7 +21,8 @@ live allocations the trace saw being made are sorted by when (this step, by phas
 and by the top-level CPU op on the thread that made them; what was allocated before the recording began (weights,
 optimizer state, buffers) is the rest of the peak (``allocated`` minus what the trace saw). Phases: ``optimizer``
 inside an ``Optimizer.step#``/``Optimizer.zero_grad#`` span; ``backward`` inside a backward pass
-(``buckets.backward_passes``); ``forward`` before a backward pass of the same step; ``other`` after the last one.
+(``buckets.backward_passes``); ``forward`` before a backward pass of the same step (the whole step where it has
+none: inference); ``other`` after the last one.
 
 **How the peak moves with the batch.** An allocation *scales with the batch* when this step's forward or backward
 made it, except a backward allocation that outlives the backward pass (a parameter's gradient). Everything else (what
@@ -242,6 +243,11 @@ def _phases(rank: RankTrace, steps, ts: np.ndarray, tid: np.ndarray, step_idx: n
     end = EndTimes(ev)
     opt = np.flatnonzero((kind == int(Kind.USER_ANNOTATION)) & name_mask(ev, lambda s: s.startswith(_OPT)))
     bp = backward_passes(rank, steps)
+    has_bwd = np.zeros(len(st) + 1, bool)  # the last slot: events outside every step
+    if len(bp):
+        has_bwd[bp["step_index"].to_numpy(int)] = True
+    # a step without a backward pass (inference): its forward is the whole step (the optimizer's spans aside)
+    out[(step_idx >= 0) & ~has_bwd[step_idx]] = 0
     if len(bp):
         bs, be = bp["start"].to_numpy(float), bp["bwd_end"].to_numpy(float)
         o = np.argsort(bs)

@@ -30,6 +30,7 @@ class RankEvidence(RankHit, kw_only=True):
     accumulation_steps: int | None
     max_batch_predicted: int
     max_batch_peak_bytes: int
+    inference: bool = False  # the step runs no backward pass and no optimizer
 
 
 class Evidence(msgspec.Struct, kw_only=True):
@@ -45,9 +46,13 @@ def _rank(ra, config, report):
         return None
     if m.peak_reserved >= config.memory_headroom_share * m.capacity or m.max_batch < 2 * m.batch:
         return None
+    bp = ra.tables.get("backward_passes")
+    opt = getattr(getattr(ra, "setup", None), "optimizer", None)
+    inference = (bp is None or not len(bp)) and not getattr(opt, "present", False)
     return RankEvidence(rank=ra.rank, steps=[int(s) for s in m.steps["step"]], peak_reserved_bytes=m.peak_reserved,
                         capacity_bytes=m.capacity, batch_size=m.batch, accumulation_steps=m.accum,
-                        max_batch_predicted=m.max_batch, max_batch_peak_bytes=int(m.predict(m.max_batch)))
+                        max_batch_predicted=m.max_batch, max_batch_peak_bytes=int(m.predict(m.max_batch)),
+                        inference=inference)
 
 
 def _summary(hits, w, report, config):
@@ -64,6 +69,9 @@ def _fix(ev, setup=None) -> str:
     lines = [f"# predicted to fit: batch {e.max_batch_predicted} (peak {gib(e.max_batch_peak_bytes)} allocated of "
              f"{gib(e.capacity_bytes)}); a multiple of 8 for the tensor cores:",
              f"loader = DataLoader(dataset, batch_size={mult8}, ...)  # scale the learning rate with the batch"]
+    if e.inference:  # no optimizer: more requests per forward, nothing to rescale
+        lines[-1] = f"loader = DataLoader(dataset, batch_size={mult8}, ...)  # more requests per forward pass"
+        return "\n".join(lines)
     if e.accumulation_steps and e.accumulation_steps > 1:
         logical = e.batch_size * e.accumulation_steps
         pairs = [(b, logical // b) for b in range(e.batch_size + 1, min(e.max_batch_predicted, logical) + 1)

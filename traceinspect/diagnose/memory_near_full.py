@@ -109,6 +109,6 @@ RULE = Rule(
     needs=Needs(),
     claim=Claim(order=900, gpu=None, cpu=None, memory=_grade),
     label="memory near full",
-    thresholds=("memory_near_full_share", "memory_near_full_critical_share", "memory_unseen_bytes"),
+    thresholds=("memory_near_full_share", "memory_near_full_critical_share"),
     evidence=Evidence, fix=_fix, check=PerRank(_rank, _summary, worst=lambda e: e.share),
 )
