@@ -167,7 +167,7 @@ def cpu_loader_fix(setup, default: str) -> str:
     if workers is None:
         return (f"# the workers already use the {setup.cpu_count} cores: fewer or cheaper samples per batch\n"
                 "# keep __getitem__ cheap: decode / augment ahead of time")
-    return default.replace("num_workers=4,   # leave cores for the training processes", workers.split("   #")[0]
+    return default.replace("num_workers=4,   # leave cores for the training processes", workers.split("   #")[0].rstrip(",")
                            + ",   # leave cores for the training processes")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import instants as _instants
 from .trace import CATEGORY_KIND
-from .unmodelled import unmodelled
+from .unmodelled import IMPOSSIBLE, unmodelled
 
 _INT_MISSING = -1
 _I64 = 1 << 63
@@ -304,6 +304,7 @@ def _drop_impossible_times(out: dict) -> None:
     ts, dur = out["ts"], out["dur"]
     ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (np.abs(ts) < _MAX_US) & (dur < _MAX_US)
     if not ok.all():
+        out["unmodelled"] = {**(out.get("unmodelled") or {}), IMPOSSIBLE: int((~ok).sum())}
         _keep(out, ok)
 
 

@@ -19,6 +19,9 @@ NOT_NEEDED = frozenset({"python_function", "overhead", "trace", "cpu_instant_eve
 # At most this many categories are named; the rest are counted together under OTHER (a file can hold any number).
 MAX_NAMED = 16
 OTHER = "(other categories)"
+# Events dropped because their time is no time (NaN, infinite, a negative duration, beyond any clock): counted
+# under this name with the unmodelled ones, so that the report names the file they were in.
+IMPOSSIBLE = "(impossible times: NaN, infinite or negative)"
 # A category name is kept to this many characters (it is data: shown, never interpreted).
 MAX_NAME = 80
 

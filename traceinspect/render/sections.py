@@ -160,10 +160,16 @@ def rank_notes(r: dict) -> list[str]:
 def unmodelled_line(r: dict) -> str | None:
     """The events of categories no analysis models (docs/metrics.md), named with their counts, or None."""
     counts = r.get("unmodelled") or {}
-    if not counts:
-        return None
-    named = ", ".join(f"{safe.name(c)} {fmt.count(n, 'event')}" for c, n in counts.items())
-    return f"not modelled, so in no number above: {named}"
+    bad = r.get("impossible_time_events")
+    lines = []
+    if counts:
+        named = ", ".join(f"{safe.name(c)} {fmt.count(n, 'event')}" for c, n in counts.items())
+        lines.append(f"not modelled, so in no number above: {named}")
+    if bad:
+        files = ", ".join(safe.path(x) for x in (r.get("files") or [])[:2])
+        lines.append(f"skipped, {fmt.count(bad, 'event')} whose time is NaN, infinite or negative"
+                     + (f" (in {files})" if files else ""))
+    return "; ".join(lines) or None
 
 
 MAX_RUN_ROWS = 6

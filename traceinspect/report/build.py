@@ -18,6 +18,7 @@ from msgspec import UNSET
 from ..config import DEFAULT
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
+from ..load.unmodelled import IMPOSSIBLE
 from .columns import STEP_COLUMNS
 from .values import clean
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
@@ -141,7 +142,8 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
         steps=steps,
         timeline=timeline_doc(ra),
         setup=setup_doc(getattr(ra, "setup", None)),
-        unmodelled=dict(getattr(ra, "unmodelled", None) or {}) or UNSET,
+        unmodelled={k: v for k, v in (getattr(ra, "unmodelled", None) or {}).items() if k != IMPOSSIBLE} or UNSET,
+        impossible_time_events=(getattr(ra, "unmodelled", None) or {}).get(IMPOSSIBLE) or UNSET,
         **_memory_fields(ra, config),
         throughput=throughput_doc(ra),
         **tradeoff_fields(ra, config),

@@ -413,6 +413,9 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     # Events of a category no analysis models (another device's, a newer activity type): category -> count. Absent
     # when there are none (docs/metrics.md, "Events not modelled").
     unmodelled: dict[str, int] | UnsetType = UNSET
+    # Events dropped because their time is no time (NaN, infinite, a negative duration, beyond any clock); absent
+    # when there are none.
+    impossible_time_events: int | UnsetType = UNSET
     # Device memory (docs/memory.md); null with ``memory_reason`` when the trace has no memory events.
     memory: MemoryDoc | None | UnsetType = UNSET
     memory_reason: str | UnsetType = UNSET
