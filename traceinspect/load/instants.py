@@ -76,6 +76,18 @@ def _int(v) -> int:
     return _MISSING
 
 
+def _ints(values: list) -> np.ndarray:
+    """``_int`` of each value: numpy's own conversion where every value is a Python int that fits (the common
+    case, in C), else value by value."""
+    try:
+        arr = np.array(values)
+    except (OverflowError, ValueError, TypeError):
+        arr = None
+    if arr is not None and arr.dtype == np.int64 and bool not in set(map(type, values)):
+        return arr
+    return np.fromiter((_int(v) for v in values), np.int64, len(values))
+
+
 def _table(rows: list[tuple]) -> dict | None:
     """(ts, tid, oom, args tuple) rows -> columns; rows with a time that is not a finite number are dropped."""
     if not rows:
@@ -89,10 +101,10 @@ def _table(rows: list[tuple]) -> dict | None:
         if not rows:
             return None
     out = {"ts": ts,
-           "tid": np.fromiter((_int(r[1]) for r in rows), np.int64, len(rows)),
+           "tid": _ints([r[1] for r in rows]),
            "oom": np.fromiter((r[2] for r in rows), np.bool_, len(rows))}
     for j, (attr, _) in enumerate(MEMORY_ARG_FIELDS):
-        col = np.fromiter((_int(r[3][j]) for r in rows), np.int64, len(rows))
+        col = _ints([r[3][j] for r in rows])
         if attr == "device_type":
             col = np.where((col >= -128) & (col < 128), col, -1).astype(np.int8)
         elif attr == "device_id":
