@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 import pandas as pd
 
 from ..analyze.outlook import Outlook, memory_outlook
@@ -92,3 +94,38 @@ def accumulation_code(setup, batch: int | None, accum: int | None, new_batch: in
             "        loss.backward()\n"
             "optimizer.step()\n"
             "optimizer.zero_grad(set_to_none=True)")
+
+
+class BatchFit(msgspec.Struct, kw_only=True):
+    """Whether a larger physical batch fits, for the rules whose fix is "a larger batch per step" (launch-bound,
+    gpu-idle): in their evidence, so that the fix says what the memory analysis knows."""
+
+    memory_recorded: bool  # the trace has the allocator's events
+    batch_size: int | None  # today's physical batch (docs/memory.md)
+    max_batch_predicted: int | None  # the largest predicted to fit; null: not known
+    inference: bool  # no backward pass and no optimizer: nothing to rescale
+
+
+def batch_fit(ra, config) -> BatchFit:
+    m = rank_memory(ra, config)
+    bp = ra.tables.get("backward_passes")
+    opt = getattr(getattr(ra, "setup", None), "optimizer", None)
+    inference = (bp is None or not len(bp)) and not getattr(opt, "present", False)
+    if m is None:
+        return BatchFit(memory_recorded=False, batch_size=None, max_batch_predicted=None, inference=inference)
+    return BatchFit(memory_recorded=True, batch_size=m.batch, max_batch_predicted=m.max_batch, inference=inference)
+
+
+def larger_batch_line(fit: BatchFit | None) -> str | None:
+    """The "larger batch per step" advice as one comment line, fitted to what memory allows; None where the memory
+    analysis predicts that no larger batch fits."""
+    why = "more work per kernel" + ("" if fit is not None and fit.inference else " (scale the learning rate)")
+    if fit is None or not fit.memory_recorded:
+        return (f"# a larger batch per step, where it fits: {why}; a trace recorded with profile_memory=True "
+                "tells how large")
+    b, top = fit.batch_size, fit.max_batch_predicted
+    if b and top:
+        if top <= b:
+            return None  # the card holds no larger batch: the memory findings say what to do
+        return f"# a larger batch per step: up to {top} predicted to fit in memory (today {b}); {why}"
+    return f"# a larger batch per step, where it fits (the largest could not be predicted: docs/memory.md); {why}"

@@ -49,10 +49,13 @@ def fused_optimizer_line(setup) -> str | None:
     return f"opt = torch.optim.{name}(model.parameters(), lr=lr, fused=True)   # one kernel for all parameters"
 
 
-def launch_fix(setup, default: str) -> str:
-    """Fewer, larger launches, less what the program already does."""
+def launch_fix(setup, default: str, fit=None) -> str:
+    """Fewer, larger launches, less what the program already does; a larger batch only as far as the memory
+    analysis says it fits (``fit``: ``_memory.BatchFit``)."""
+    from ._memory import larger_batch_line
+
     if setup is None:
-        return default
+        return default + "\n" + larger_batch_line(fit) if larger_batch_line(fit) else default
     lines = []
     if _graphs(setup):
         lines.append("# the program already replays CUDA/HIP graphs: what is left is the host work between replays")
@@ -60,9 +63,10 @@ def launch_fix(setup, default: str) -> str:
     elif _compiled(setup):
         lines.append('model = torch.compile(model, mode="reduce-overhead")   # already compiled: add CUDA graphs')
     else:
-        lines.append('model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed')
-    if not _graphs(setup):
-        lines.append("# a larger batch per step: more work per kernel (scale the learning rate)")
+        passes = "the forward" if getattr(fit, "inference", False) else "forward and backward"
+        lines.append(f'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: {passes} replayed')
+    if not _graphs(setup) and larger_batch_line(fit):
+        lines.append(larger_batch_line(fit))
     opt = fused_optimizer_line(setup)
     if opt:  # its own fix: launch-bound's claim leaves the optimizer out (optimizer-not-fused claims it)
         lines.append("# the graphs leave the optimizer step on the CPU: fuse it too")

@@ -28,13 +28,14 @@ from typing import ClassVar
 
 import msgspec
 
+from ._memory import BatchFit, batch_fit
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_evidence, loader_fix, mean, step_ids
 from .takes import Rest
 
 FIXES = {  # data: dataloader-stall's, from the rank's recorded settings (_util.loader_fix)
     "sync": "avoid .item() / .cpu() / torch.cuda.synchronize() inside the step; log every N steps",
-    "cpu": "model = torch.compile(model)  # fewer, larger kernels; or a larger batch per step / CUDA graphs",
+    "cpu": "model = torch.compile(model)  # fewer, larger kernels; or CUDA graphs",
 }
 LABEL = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "the CPU not issuing work fast enough"}
 
@@ -55,6 +56,8 @@ class Evidence(msgspec.Struct, kw_only=True):
     threshold_share_warning: float
     # the first rank's DataLoader (_util.loader_evidence): its fix where data is the main cause
     loader: dict = msgspec.field(default_factory=dict)
+    # whether a larger batch fits (the titled rank's memory, _memory.batch_fit): the CPU cause's fix says so
+    batch_fit: BatchFit | None = None
 
 
 def fix(ev: Evidence, setup=None) -> str:
@@ -63,7 +66,7 @@ def fix(ev: Evidence, setup=None) -> str:
 
     if main == "dataloader":
         return loader_fix(ev.loader, setup)
-    return launch_fix(setup, FIXES[main]) if main == "cpu" else FIXES[main]
+    return launch_fix(setup, FIXES[main], ev.batch_fit) if main == "cpu" else FIXES[main]
 
 
 def _rank(ra, config, report):
@@ -95,7 +98,7 @@ def _summary(hits, w, report, config):
     title = (f"GPU idle {100 * e.share_of_step:.0f} % of the step ({e.idle_us_per_step / 1000:.1f} ms, rank "
              f"{e.rank}), mostly {LABEL[e.main_cause]}")
     ev = Evidence(per_rank=[h.ev for h in hits], threshold_share_warning=config.gpu_idle_share_warning,
-                  loader=loader_evidence(w.ra))
+                  loader=loader_evidence(w.ra), batch_fit=batch_fit(w.ra, config))
     return ev, title, e.idle_us_per_step
 
 
