@@ -51,13 +51,14 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from ._memory import BatchFit, batch_fit
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import first_window, mean, step_ids, thread_cpu_per_step
 from .takes import Column
 
 FIX = (
     'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed\n'
-    "# larger batch per step; torch.optim.AdamW(params, fused=True)"
+    "# a fused optimizer: torch.optim.AdamW(params, fused=True)"
 )
 # Why a claim on a trace that replays no graph is at most what the fix saves.
 UPPER_BOUND = ("an upper bound: what a graph replay itself costs the CPU (its input copies and checks, its launch, the "
@@ -98,6 +99,7 @@ class Evidence(msgspec.Struct, kw_only=True):
     threshold_idle_share: float
     min_kernels_per_step: int
     claim_note: str | None = None  # where the claim is an upper bound of what the fix saves, why
+    batch_fit: BatchFit | None = None  # whether a larger batch fits (the titled rank's memory, _memory.batch_fit)
 
 
 def _rank(ra, config, report):
@@ -174,7 +176,7 @@ def _summary(hits, w, report, config):
              "per launch")
     ev = Evidence(per_rank=[h.ev for h in hits], threshold_idle_share=config.launch_bound_idle_share,
                   min_kernels_per_step=config.launch_bound_min_kernels,
-                  claim_note=None if graph else UPPER_BOUND)
+                  claim_note=None if graph else UPPER_BOUND, batch_fit=batch_fit(w.ra, config))
     return ev, title, float(np.mean([_claimed(h.ev) for h in hits]))
 
 
@@ -198,7 +200,7 @@ def fix(ev: Evidence, setup=None) -> str:
     loop, pin = (None if loop is U else loop), (None if pin is U else pin)
     from .fixes import launch_fix
 
-    fixed = launch_fix(setup, FIX)  # fitted to the run's setup
+    fixed = launch_fix(setup, FIX, ev.batch_fit)  # fitted to the run's setup and to what memory allows
     if not off or loop is None or off < OFF_CPU_SHARE * (off + loop) or not pin or pin < off:
         return fixed
     return fixed + (f"\n# the loop's thread was on a CPU {loop / 1000:.1f} ms of the {(loop + off) / 1000:.1f} ms a "
