@@ -277,6 +277,13 @@ def init_dist() -> None:
     dist.init_process_group("nccl" if CUDA else "gloo", rank=0, world_size=1)
 
 
+def save_truth(path: str) -> None:
+    """TRUTH merged into the file (written after every capture: a run cut short keeps what it measured)."""
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    with open(path, "w") as f:
+        json.dump(old | TRUTH, f, indent=1, sort_keys=True)
+
+
 def main() -> None:
     out = sys.argv[1]
     names = [a for a in sys.argv[2:] if not a.startswith("--")]
@@ -290,10 +297,12 @@ def main() -> None:
             job = Job(kind, b)
             capture_job(out, name, job)
             job.free()
+            save_truth(truth_path)
     if want("lm_leak"):
         job = Job("lm", 8, leak=True)
         capture_job(out, "lm_leak", job)
         job.free()
+        save_truth(truth_path)
     for name in ("lm_varlen", "lm_varlen_expandable"):
         expandable = name.endswith("expandable")
         if not want(name) or expandable != bool(os.environ.get("PYTORCH_CUDA_ALLOC_CONF")):
@@ -301,10 +310,12 @@ def main() -> None:
         job = Job("lm", 16, varlen=True)
         capture_job(out, name, job, warm=12)
         job.free()
+        save_truth(truth_path)
     if not SMALL and CUDA:
         for kind, start in (("lm", 32), ("conv", 128)):
             if want(f"max_{kind}"):
                 TRUTH[f"max_batch_{kind}"] = max_batch(kind, start)
+                save_truth(truth_path)
     ddp_jobs = {"ddp_gbv_off": dict(batch=2, gbv=False), "ddp_gbv_on": dict(batch=2, gbv=True),
                 "ddp_accum_16x4": dict(batch=16, accum=4), "ddp_accum_32x2": dict(batch=32, accum=2),
                 "ddp_accum_64x1": dict(batch=64, accum=1)}
@@ -314,9 +325,8 @@ def main() -> None:
             job = Job("lm", ddp=True, **kw)
             capture_job(out, name, job)
             job.free()
-    old = json.load(open(truth_path)) if os.path.exists(truth_path) else {}
-    with open(truth_path, "w") as f:
-        json.dump(old | TRUTH, f, indent=1, sort_keys=True)
+            save_truth(truth_path)
+    save_truth(truth_path)
     if (not names or "lm_varlen_expandable" in names) and not os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
         subprocess.run([sys.executable, __file__, out, "lm_varlen_expandable", *(["--small"] if SMALL else [])],
