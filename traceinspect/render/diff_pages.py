@@ -8,6 +8,7 @@ import html
 from itertools import zip_longest
 
 from . import safe
+from .diff_figures import FIGURES_HEAD, figure_cells, per_sample_line, unknown_lines
 from .diff_work_text import (SAME_SHAPE_HEAD, name_lines, plain, rate_cells, runs_line, same_shape_cells, signed_ms,
                              work_cells)
 
@@ -58,6 +59,13 @@ def render_diff_markdown(dd: dict) -> str:
     names = name_lines(dd)
     if names:
         lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]
+    figures = figure_cells(dd)
+    if figures:
+        lines += ["", "## Throughput, MFU, GPU-hours and memory", "",
+                  "| " + " | ".join(FIGURES_HEAD) + " |", "| --- | ---: | ---: | ---: | --- |"]
+        lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in figures]
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        lines += ([""] + [f"- {md(n)}" for n in notes]) if notes else []
     return "\n".join(lines) + "\n"
 
 
@@ -100,5 +108,12 @@ def render_diff_html(dd: dict) -> str:
     names = name_lines(dd)
     if names:
         parts.append("<h2>By name</h2><pre>" + "\n".join(e(n) for n in names) + "</pre>")
+    figures = figure_cells(dd)
+    if figures:
+        parts.append("<h2>Throughput, MFU, GPU-hours and memory</h2>"
+                     + _table("the compared ranks (and the job), base against new", FIGURES_HEAD, figures))
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
