@@ -47,6 +47,13 @@ def render_diff_markdown(dd: dict) -> str:
         g = dd["gate"]
         lines += [f"**Regression gate ({g['pct']:g} %)**: {'tripped' if g['tripped'] else 'passed'}"]
         lines += [f"- {md(r)}" for r in g["reasons"]] + [""]
+    figures = figure_cells(dd)
+    if figures:
+        lines += ["## Throughput, MFU, GPU-hours and memory", "",
+                  "| " + " | ".join(FIGURES_HEAD) + " |", "| --- | ---: | ---: | ---: | --- |"]
+        lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in figures]
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        lines += [""] + [f"- {md(n)}" for n in notes] + [""] if notes else [""]
     lines += ["## Work and rate, per step", "",
               "| work | base | new | | rate | base | new | change | effect/step |",
               "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
@@ -59,13 +66,6 @@ def render_diff_markdown(dd: dict) -> str:
     names = name_lines(dd)
     if names:
         lines += ["", "## By name", ""] + [f"- {md(' '.join(plain(n).split()))}" for n in names]
-    figures = figure_cells(dd)
-    if figures:
-        lines += ["", "## Throughput, MFU, GPU-hours and memory", "",
-                  "| " + " | ".join(FIGURES_HEAD) + " |", "| --- | ---: | ---: | ---: | --- |"]
-        lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in figures]
-        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
-        lines += ([""] + [f"- {md(n)}" for n in notes]) if notes else []
     return "\n".join(lines) + "\n"
 
 
@@ -100,6 +100,13 @@ def render_diff_html(dd: dict) -> str:
     if g:
         parts.append(f"<p><b>Regression gate ({g['pct']:g} %)</b>: {'tripped' if g['tripped'] else 'passed'}</p><ul>"
                      + "".join(f"<li>{e(r)}</li>" for r in g["reasons"]) + "</ul>")
+    figures = figure_cells(dd)
+    if figures:
+        parts.append("<h2>Throughput, MFU, GPU-hours and memory</h2>"
+                     + _table("the compared ranks (and the job), base against new", FIGURES_HEAD, figures))
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     parts.append('<div class="row">' + _table("what it did, per step", ["work", "base", "new", ""], work_cells(dd))
                  + _table("how fast", ["rate", "base", "new", "change", "effect/step"], rate_cells(dd)) + "</div>")
     same = same_shape_cells(dd)
@@ -108,12 +115,5 @@ def render_diff_html(dd: dict) -> str:
     names = name_lines(dd)
     if names:
         parts.append("<h2>By name</h2><pre>" + "\n".join(e(n) for n in names) + "</pre>")
-    figures = figure_cells(dd)
-    if figures:
-        parts.append("<h2>Throughput, MFU, GPU-hours and memory</h2>"
-                     + _table("the compared ranks (and the job), base against new", FIGURES_HEAD, figures))
-        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
-        if notes:
-            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
