@@ -186,3 +186,48 @@ def test_the_gate_compares_per_sample_where_the_samples_per_step_changed():
     assert abs(dd["overall"]["rel_change"]) < 0.05
     jsonschema.validate(dd, diff_json_schema())
     assert "Samples per step changed (4,096 -> 1,024)" in render_work_rate_text(dd, width=140)
+
+
+CPU_MEMORY = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_memory"
+
+
+def test_tokens_flops_and_host_memory_on_a_cpu_pair_of_two_batch_sizes():
+    """fixtures/cpu_memory: the same transformer at batch 8 and 16 (record_shapes, profile_memory). Tokens per step
+    = batch x seq_len x micro-batches from the capture metadata (read here with the standard library); peak
+    allocated = the largest of the report's per-step peaks; MFU and the capacity are null with their reasons (no
+    GPU); the gate compares per sample, the time per sample computed here from the steps."""
+    import gzip
+    import json
+
+    dd = diff_runs([report(str(CPU_MEMORY / "tf_b8"))], [report(str(CPU_MEMORY / "tf_b16"))], fail_on_regression=5)
+    for name, s in (("tf_b8", "base"), ("tf_b16", "new")):
+        (f,) = (CPU_MEMORY / name).glob("*.json.gz")
+        w = json.load(gzip.open(f, "rt"))["traceinspect"]["workload"]
+        d = report(str(CPU_MEMORY / name))
+        r = d["ranks"][0]
+        walls = [x["wall_us"] for x in r["steps"] if not x["synthetic"]]
+        step_s = sum(walls) / len(walls) / 1e6
+        tokens = w["batch_size"] * w["seq_len"] * w["accum_steps"]
+        assert row(dd, "throughput.tokens_per_step")[s] == tokens
+        assert row(dd, "throughput.tokens_per_s")[s] == pytest.approx(tokens / step_s, rel=1e-9)
+        assert row(dd, "throughput.samples_per_s")[s] == pytest.approx(
+            w["batch_size"] * w["accum_steps"] / step_s, rel=1e-9)
+        flops = r["throughput"]["model_flops_per_step"]
+        assert flops > 0 and row(dd, "throughput.achieved_tflops")[s] == pytest.approx(flops / step_s / 1e12)
+        peak = max(x["peak_allocated_bytes"] for x in r["memory"]["steps"])
+        assert row(dd, "memory.peak_allocated_bytes")[s] == peak
+        assert dd["gate"]["per_sample"]["us_per_sample"][s] == pytest.approx(
+            step_s * 1e6 / (w["batch_size"] * w["accum_steps"]), rel=1e-9)
+    # twice the batch: twice the tokens and FLOPs per step, more peak memory
+    assert row(dd, "throughput.tokens_per_step")["rel_change"] == pytest.approx(1.0)
+    assert row(dd, "throughput.model_flops_per_step")["rel_change"] == pytest.approx(1.0, rel=1e-3)
+    assert row(dd, "memory.peak_allocated_bytes")["assessment"] == "worse"
+    for key, why in (("throughput.mfu", "no GPU device"), ("memory.capacity_bytes", "CPU-only run"),
+                     ("memory.peak_reserved_bytes", "no reserved bytes")):
+        r = row(dd, key)
+        assert r["base"] is None and r["new"] is None and why in r["reason"]["base"], (key, r["reason"])
+    ps = dd["gate"]["per_sample"]
+    assert ps["changed"] and ps["samples_per_step"] == {"base": 32, "new": 64}
+    assert dd["gate"]["tripped"] is (ps["rel_change"] > 0.05 and bool(ps["significant"]))
+    jsonschema.validate(dd, diff_json_schema())
+    assert "| tokens/s |" in render_diff_markdown(dd)

@@ -14,9 +14,9 @@ def figure_value(v, unit: str) -> str:
     if v is None:
         return "-"
     if unit in ("samples/s", "tokens/s", "samples", "tokens"):
-        return f"{v:,.0f}"
+        return f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
     if unit == "TFLOP/s":
-        return f"{v:,.2f}"
+        return f"{v:,.2f}" if abs(v) >= 1 else f"{v:.3g}"
     if unit == "FLOP":
         return f"{v / 1e12:,.3g} TFLOP"
     if unit == "share":

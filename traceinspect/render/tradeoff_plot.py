@@ -33,6 +33,10 @@ def _mark(o: dict) -> str:
     return ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best"))) if on)
 
 
+def _rate(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
 def _gb(b) -> str:
     return f"{b / GB:.2f} GB" if b >= GB else f"{b / 1e6:.0f} MB"
 
@@ -60,7 +64,7 @@ def figure(d: dict, new_figure):
 
     for x, o in zip(xs, rows):
         ax.bar(x, o["step_ms"], width=0.62, zorder=2, gid=f"time:{o['batch']}x{o['accum_steps']}", **_style(o))
-        ax.annotate(f"{o['step_ms']:,.1f} ms\n{o['samples_per_s']:,.0f} samples/s", xy=(x, o["step_ms"]),
+        ax.annotate(f"{o['step_ms']:,.1f} ms\n{_rate(o['samples_per_s'])} samples/s", xy=(x, o["step_ms"]),
                     xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     top = max(o["step_ms"] for o in rows)
     ax.set_ylim(0, top * 1.3)
