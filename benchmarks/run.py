@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import os
 import platform
@@ -46,6 +47,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_SOURCE = ROOT.parent / "shared/traces/public/hta_diff_control/control.json.gz"
+# The memory-heavy source: a real V100 DDP rank captured with profile_memory (28,010 [memory] instant events in
+# 216k events, 13 %); its scaled copies carry as large a share of memory events into every size.
+MEMORY_SOURCE = ROOT.parent / "shared/traces/public/hta_v100_memory/rank1.json.gz"
 HTA_VENV = HERE / ".venv-hta"
 HTA_SPEC = "HolisticTraceAnalysis==0.5.0"
 BIG_MB = (4000, 10000)  # --big: the scaled inputs whose memory is bounded (Config.memory_limit_bytes), not HTA's
@@ -268,6 +272,8 @@ class Input:
     steps_per_rank: int
     factor: int
     build_s: float | None = None
+    memory_events: int = 0  # [memory] instant events, all ranks (counted in the written files)
+    source: str = ""  # the real trace it was scaled from
 
 
 def parse_specs(sizes: str, ranks: str) -> list[tuple[int, float]]:
@@ -281,11 +287,28 @@ def parse_specs(sizes: str, ranks: str) -> list[tuple[int, float]]:
     return specs
 
 
-def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path) -> Input:
-    """Scale the source into data/<name>/ unless an identical build is already there."""
+def count_memory_events(files: list[str]) -> int:
+    """[memory] instant events in the written files, read in 8 MB chunks (a name split across two chunks is
+    counted once: the chunks overlap by the name's length)."""
+    needle = b'"[memory]"'
+    n = 0
+    for f in files:
+        opener = gzip.open if f.endswith(".gz") else open
+        with opener(f, "rb") as fh:
+            tail = b""
+            while chunk := fh.read(8 << 20):
+                buf = tail + chunk
+                n += buf.count(needle)
+                tail = buf[-(len(needle) - 1):]
+    return n
+
+
+def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path, tag: str | None = None) -> Input:
+    """Scale the source into data/<name>/ unless an identical build is already there. ``tag`` names the input
+    (default: the source file's stem)."""
     from scale_trace import SCALER_VERSION  # run.py's folder is on sys.path when run as a script
 
-    stem = source.name.split(".")[0]
+    stem = tag or source.name.split(".")[0]
     name = f"{stem}-{mb:g}mb-{ranks}r" + ("-gz" if gz else "")
     out = data / name
     manifest = data / f"{name}.manifest.json"
@@ -318,6 +341,8 @@ def build_input(source: Path, ranks: int, mb: float, gz: bool, data: Path) -> In
         steps_per_rank=r["steps_per_file"],
         factor=r["factor"],
         build_s=round(time.perf_counter() - t0, 1),
+        memory_events=count_memory_events(r["files"]),
+        source=str(source.relative_to(ROOT.parent)) if source.is_relative_to(ROOT.parent) else str(source),
     )
     manifest.write_text(json.dumps({"key": key, "input": asdict(inp), "result": r}, indent=1))
     return inp
@@ -584,8 +609,9 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
         f"traceinspect {v.get('traceinspect', '-')}, HTA {v.get('hta', '-')}, msgspec {v.get('msgspec', '-')}.",
         "",
         "Inputs labelled *real* are captures as the profiler wrote them; the others are **scaled copies of a real "
-        f"trace** (`{meta['source']}`: its ProfilerSteps replicated by "
-        "`benchmarks/scale_trace.py`, each file marked `\"traceinspect_scaled\"`), not captures. "
+        f"trace** (`{meta['source']}`, and for the memory-heavy inputs named `hta_v100_memory-...`, "
+        f"`{meta.get('memory_source', '-')}`: its ProfilerSteps replicated by "
+        "`benchmarks/scale_trace.py`, each file marked `\"traceinspect_scaled\"`), generated, not captures. "
         "JSON MB is the uncompressed size of all rank files of the input.",
         "",
         "Against the targets (speed-up = HTA wall s / traceinspect `--no-cache` wall s; the floor and the cached "
@@ -623,7 +649,9 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
     md.append("")
     for inp in inputs:
         md.append(f"- {inp.label}: `{_rel(inp.dir)}`, {inp.ranks} rank file(s), factor {inp.factor}, "
-                  f"{inp.steps_per_rank} ProfilerSteps per rank, {inp.disk_mb:,.0f} MB on disk")
+                  f"{inp.steps_per_rank} ProfilerSteps per rank, {inp.disk_mb:,.0f} MB on disk, "
+                  f"{inp.events:,} events of which {inp.memory_events:,} [memory] instant events"
+                  + (f", scaled from `{inp.source}`" if inp.source else ""))
     path_md.parent.mkdir(parents=True, exist_ok=True)
     path_md.write_text("\n".join(md) + "\n")
     path_md.with_suffix(".json").write_text(json.dumps(
@@ -655,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"a real capture to run as it is (repeatable) [{_rel(REAL_DEFAULT)}, when present]")
     p.add_argument("--no-real", action="store_true", help="no real-capture input")
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to scale")
+    p.add_argument("--memory-sizes", default="1000",
+                   help="memory-heavy single-rank inputs, MB of JSON each, scaled from --memory-source ('' for none) "
+                        "[1000]")
+    p.add_argument("--memory-source", type=Path, default=MEMORY_SOURCE,
+                   help="the real memory-heavy trace to scale (many [memory] events)")
     p.add_argument("--gzip", action="store_true", help="write the inputs as .json.gz (tools then gunzip too)")
     p.add_argument("--no-hta", action="store_true", help="skip HTA")
     p.add_argument("--no-traceinspect", action="store_true", help="skip traceinspect")
@@ -706,9 +739,16 @@ def main(argv: list[str] | None = None) -> int:
                 inputs.append(inp)
     sizes = ",".join(x for x in [args.sizes] + ([",".join(map(str, BIG_MB))] if args.big else []) if x)
     inputs += [build_input(source, n, mb, args.gzip, data) for n, mb in parse_specs(sizes, args.ranks)]
+    mem_source = args.memory_source.resolve()
+    if args.memory_sizes and not mem_source.exists():
+        log(f"memory-heavy inputs skipped: no trace at {mem_source}")
+    elif args.memory_sizes:
+        inputs += [build_input(mem_source, n, mb, args.gzip, data, tag=mem_source.parent.name)
+                   for n, mb in parse_specs(args.memory_sizes, "")]
     rows: list[Row] = []
     for inp in inputs:
-        log(f"{inp.label}: {inp.json_mb:,.0f} MB JSON, {inp.events:,} events, {inp.ranks} rank file(s)")
+        log(f"{inp.label}: {inp.json_mb:,.0f} MB JSON, {inp.events:,} events ({inp.memory_events:,} [memory]), "
+            f"{inp.ranks} rank file(s)")
         rows += run_input(inp, args, hta_py, ti, work)
     try:
         source_shown = str(source.relative_to(ROOT.parent))
@@ -720,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "versions": versions,
         "source": source_shown,
+        "memory_source": str(mem_source.relative_to(ROOT.parent)) if mem_source.is_relative_to(ROOT.parent)
+        else str(mem_source),
         "total_s": round(time.perf_counter() - T_START, 1),
     }
     write_results(args.out, meta, inputs, rows)

@@ -131,7 +131,8 @@ def test_cli_html_and_out_dir(tmp_path):
                  "--workers", "1"]) == 0
     assert parse(out.read_text()).title == "traceinspect report"
     names = sorted(p.name for p in (tmp_path / "o").iterdir())
-    assert [n for n in names if n != "waterfall.png"] == ["ranks.png", "report.json", "report.md", "step_breakdown.png"]
+    assert [n for n in names if n not in ("waterfall.png", "tradeoff.png")] == ["ranks.png", "report.json", "report.md",
+                                                                             "step_breakdown.png"]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -199,7 +199,8 @@ def test_cpu_only_ranks_missing_rank(tmp_path):
     straggler = d["cross_rank"]["straggler"]["rank"]
     assert straggler == 2 and f"straggler: rank {straggler}" in figs["ranks"]._suptitle.get_text()
     paths = plots.write_plots(d, None, tmp_path / "out")
-    assert [p.name for p in paths if p.name != "waterfall.png"] == ["step_breakdown.png", "ranks.png"]
+    assert [p.name for p in paths if p.name != "waterfall.png"] == ["step_breakdown.png", "ranks.png"] + (
+        ["tradeoff.png"] if any(r.get("tradeoff") for r in d["ranks"]) else [])
 
 
 def test_timeline_is_the_median_step_and_adds_up_to_the_breakdown():
@@ -298,7 +299,8 @@ def test_message_sizes_skipped_without_collectives():
     _, rep, d = analyzed(BERT)
     assert plots.message_sizes_figure(d, rep) is None
     assert plots.ranks_figure(d) is None  # one rank
-    assert [n for n in plots.figures(d) if n != "waterfall"] == ["step_breakdown", "timeline"]
+    assert [n for n in plots.figures(d) if n != "waterfall"] == ["step_breakdown", "timeline"] + (
+        ["tradeoff"] if any(r.get("tradeoff") for r in d["ranks"]) else [])
 
 
 def test_write_plots_pngs(tmp_path):
@@ -307,7 +309,8 @@ def test_write_plots_pngs(tmp_path):
     paths = plots.write_plots(d, rep, tmp_path / "plots")
     sized = [c for s in d["ranks"][0]["steps"] for c in s.get("collectives") or [] if (c.get("bytes") or 0) > 0]
     names = [p.name for p in paths if p.name != "waterfall.png"]
-    assert names == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else [])
+    assert names == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else []) + (
+        ["tradeoff.png"] if any(r.get("tradeoff") for r in d["ranks"]) else [])
     for p in paths:
         w, h = png_size(p.read_bytes())
         assert 700 <= w <= 2100 and 300 <= h <= 1800, (p.name, w, h)

@@ -93,4 +93,5 @@ def test_render_a_report_saved_before_the_timeline(tmp_path, capsys):
     assert main(["render", str(saved), "--out", str(tmp_path / "o"), "--html", str(tmp_path / "o.html")]) == 0
     out = capsys.readouterr().out
     assert f"Verdict: step {step:.1f} ms on rank 0" in out and "Where the step could go" not in out
-    assert sorted(p.name for p in (tmp_path / "o").glob("*.png")) == ["message_sizes.png", "step_breakdown.png"]
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.png")) == ["message_sizes.png", "step_breakdown.png"] + (
+        ["tradeoff.png"] if any(r.get("tradeoff") for r in d["ranks"]) else [])

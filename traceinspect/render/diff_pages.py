@@ -8,6 +8,7 @@ import html
 from itertools import zip_longest
 
 from . import safe
+from .diff_figures import FIGURES_HEAD, figure_cells, per_sample_line, unknown_lines
 from .diff_work_text import (SAME_SHAPE_HEAD, name_lines, plain, rate_cells, runs_line, same_shape_cells, signed_ms,
                              work_cells)
 
@@ -46,6 +47,13 @@ def render_diff_markdown(dd: dict) -> str:
         g = dd["gate"]
         lines += [f"**Regression gate ({g['pct']:g} %)**: {'tripped' if g['tripped'] else 'passed'}"]
         lines += [f"- {md(r)}" for r in g["reasons"]] + [""]
+    figures = figure_cells(dd)
+    if figures:
+        lines += ["## Throughput, MFU, GPU-hours and memory", "",
+                  "| " + " | ".join(FIGURES_HEAD) + " |", "| --- | ---: | ---: | ---: | --- |"]
+        lines += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in figures]
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        lines += [""] + [f"- {md(n)}" for n in notes] + [""] if notes else [""]
     lines += ["## Work and rate, per step", "",
               "| work | base | new | | rate | base | new | change | effect/step |",
               "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
@@ -92,6 +100,13 @@ def render_diff_html(dd: dict) -> str:
     if g:
         parts.append(f"<p><b>Regression gate ({g['pct']:g} %)</b>: {'tripped' if g['tripped'] else 'passed'}</p><ul>"
                      + "".join(f"<li>{e(r)}</li>" for r in g["reasons"]) + "</ul>")
+    figures = figure_cells(dd)
+    if figures:
+        parts.append("<h2>Throughput, MFU, GPU-hours and memory</h2>"
+                     + _table("the compared ranks (and the job), base against new", FIGURES_HEAD, figures))
+        notes = unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     parts.append('<div class="row">' + _table("what it did, per step", ["work", "base", "new", ""], work_cells(dd))
                  + _table("how fast", ["rate", "base", "new", "change", "effect/step"], rate_cells(dd)) + "</div>")
     same = same_shape_cells(dd)

@@ -135,7 +135,30 @@ def render_work_rate_text(dd: dict, width: int = 120) -> str:
         con.print(t)
     for ln in name_lines(dd):
         con.print(Text(ln))
+    _figures(con, dd)
     return buf.getvalue()
+
+
+def _figures(con, dd: dict) -> None:
+    """Throughput, MFU, GPU-hours and peak memory, base against new (``render/diff_figures.py``)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from .diff_figures import FIGURES_HEAD, figure_cells, per_sample_line, unknown_lines
+
+    cells = figure_cells(dd)
+    if not cells:
+        return
+    con.print()
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold",
+              title="Throughput, MFU, GPU-hours and memory (the compared ranks; docs/diff.md)", title_justify="left")
+    for col in FIGURES_HEAD:
+        t.add_column(col, justify="left" if col in ("figure", "") else "right", no_wrap=col != "figure")
+    for row in cells:
+        t.add_row(*row)
+    con.print(t)
+    for ln in unknown_lines(dd) + [x for x in (per_sample_line(dd),) if x]:
+        con.print(Text(ln))
 
 
 def render_gate_line(gate: dict) -> str:

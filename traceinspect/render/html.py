@@ -33,6 +33,9 @@ _FIGURE_CAPTIONS = {
     "message_sizes": "Size of every collective call against the DDP bucket cap: many calls far below the cap are "
                      "latency-bound; one call per bucket is the goal.",
     "ranks": "Ranks side by side: the straggler is the rank the others wait for (less waiting, more of the cause).",
+    "tradeoff": "The logical batch as physical batch x accumulation steps, predicted from this trace: the time per "
+                "logical batch above, the peak memory below against the device's capacity; the run's configuration "
+                "and the fastest option known to fit are marked (docs/metrics.md, \"The trade-off table\").",
 }
 
 

@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from . import format as fmt, safe, timeline_plot, vocabulary, waterfall
+from . import format as fmt, safe, timeline_plot, tradeoff_plot, vocabulary, waterfall
 from .vocabulary import PALETTE, LABELS, color, label
 
 DPI = 120
@@ -358,6 +358,12 @@ def ranks_figure(d: dict) -> Figure | None:
     return fig
 
 
+def tradeoff_figure(d: dict) -> Figure | None:
+    """Time per logical batch and peak memory across the batch x accumulation options, the device's capacity, the
+    current and best rows marked (``tradeoff_plot``); None without a trade-off table."""
+    return tradeoff_plot.figure(d, _new_figure)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -371,6 +377,7 @@ def figures(d: dict, rep=None) -> dict[str, Figure]:
         ("timeline", lambda: timeline_figure(d)),
         ("message_sizes", lambda: message_sizes_figure(d)),
         ("ranks", lambda: ranks_figure(d)),
+        ("tradeoff", lambda: tradeoff_figure(d)),
     ):
         fig = make()
         if fig is not None:
@@ -399,4 +406,4 @@ def write_plots(d: dict, rep=None, out_dir=None, write=None) -> list[Path]:
 
 
 __all__ = ["PALETTE", "LABELS", "color", "label", "step_breakdown_figure", "timeline_figure", "message_sizes_figure",
-           "ranks_figure", "waterfall_figure", "figures", "png_bytes", "write_plots"]
+           "ranks_figure", "waterfall_figure", "tradeoff_figure", "figures", "png_bytes", "write_plots"]

@@ -117,12 +117,42 @@ class VerdictDoc(Struct, kw_only=True):
     work_cost: WorkCostDoc | None = None  # only where the work changed
 
 
+class PerSampleDoc(Struct, kw_only=True):
+    """The step per sample of each side, where the samples per step changed (docs/diff.md, "The regression gate")."""
+
+    samples_per_step: SpreadDoc  # each side's (throughput.samples_per_step of the compared rank)
+    changed: bool
+    us_per_sample: SpreadDoc  # the steps' wall times over the samples per step: the mean over every capture
+    rel_change: Num
+    threshold_us: Num  # the noise threshold of the change, by the step time's rule (docs/diff.md)
+    significant: bool | None  # beyond the noise (null: fewer than 2 steps on a side)
+    work_cost_rel: Num  # the step the work change predicts at the base's rates, per sample, against the base's
+
+
 class GateDoc(Struct, kw_only=True):
     pct: float
     count_machine: bool
     tripped: bool
     reasons: list[str]
-    tripped_by: list[Literal["work", "step", "machine"]] = []  # what tripped it
+    tripped_by: list[Literal["work", "step", "machine", "throughput"]] = []  # what tripped it
+    per_sample: PerSampleDoc | UnsetType = UNSET  # only where the samples per step changed
+
+
+class FigureRowDoc(Struct, kw_only=True):
+    """One figure of the reports, base against new (docs/diff.md, "Throughput, MFU, GPU-hours and memory")."""
+
+    key: str  # throughput.<field> or memory.<field> of the compared rank, job.<field> of the report's throughput
+    scope: Literal["rank", "job"]
+    label: str
+    unit: str
+    better: Literal["higher", "lower", "none"]
+    base: Num  # mean over the side's captures; null: not known (reason.base says why)
+    new: Num
+    delta: Num
+    rel_change: Num
+    spread: SpreadDoc  # range of the captures' values on each side (0 with one capture)
+    reason: dict[str, str | None]  # base / new: why the figure is null on that side
+    assessment: Literal["better", "worse", "same"] | None  # the change against ``better``; null: not known
 
 
 class DiffDoc(Struct, omit_defaults=True, kw_only=True):
@@ -142,6 +172,8 @@ class DiffDoc(Struct, omit_defaults=True, kw_only=True):
     names: NameSectionsDoc | UnsetType = UNSET
     verdict: VerdictDoc | UnsetType = UNSET
     gate: GateDoc | UnsetType = UNSET
+    throughput: list[FigureRowDoc] | UnsetType = UNSET  # samples/s, tokens/s, TFLOP/s, MFU, GPU-hours
+    memory: list[FigureRowDoc] | UnsetType = UNSET  # peak allocated and reserved bytes, capacity
 
 
 def check(dd: dict) -> DiffDoc:

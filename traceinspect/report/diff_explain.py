@@ -20,7 +20,10 @@ the traces were read, the kernels by name, and returns the verdict:
 ``gate`` trips on ``work`` when that cost exceeds ``pct`` % of BASE's step; on ``step`` when NEW is slower than
 BASE by more than ``pct`` %, beyond the noise, and the work changed at a cost (a work change that saves time at the
 base's rates does not explain a slower step); on ``machine`` (only with ``count_machine``) when the step is slower
-so otherwise.
+so otherwise. Where the samples per step changed (a batch or accumulation change), the step time no longer measures
+the speed: ``throughput`` (in place of ``work`` and ``step``) trips when the time per sample (1 / samples/s) rose by
+more than ``pct`` % beyond the noise. With the same samples per step, fewer
+samples/s is a longer step, and the step triggers gate it.
 """
 
 from __future__ import annotations
@@ -222,15 +225,22 @@ def priced(cost: dict) -> str:
     return "; ".join(sides)
 
 
-def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = False) -> dict:
+def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = False,
+         per_sample: dict | None = None) -> dict:
     """Whether NEW is a regression against BASE (module docstring). ``tripped_by``: ``work`` (what the work change
     costs at the base's own rates exceeds ``pct`` % of the base step: no machine's speed enters it), ``step`` (the
     step is slower by more than ``pct`` % beyond the noise and the work changed at a cost), ``machine`` (the same
-    otherwise, with ``count_machine``). ``reasons``: what tripped it, or why it did not."""
+    otherwise, with ``count_machine``). ``reasons``: what tripped it, or why it did not.
+
+    ``per_sample`` (``diff_figures.per_sample``): where the samples per step changed, a step's time no longer
+    measures the speed (a step twice as long that trains twice the samples is as fast), so the gate compares per
+    sample (``per_sample_gate``)."""
     out = {"pct": pct, "count_machine": count_machine, "tripped": False, "tripped_by": [], "reasons": []}
     if not overall or overall.get("delta_us") is None or not overall["base"]["mean_us"]:
         out["reasons"].append("no step time on both sides: nothing to gate")
         return out
+    if per_sample and per_sample.get("changed"):
+        return per_sample_gate(out, overall, verdict, pct, per_sample)
     rel = overall["delta_us"] / overall["base"]["mean_us"]
     beyond = bool(overall.get("significant"))
     why = (f"step {overall['base']['mean_us'] / 1000:.2f} -> {overall['new']['mean_us'] / 1000:.2f} ms "
@@ -263,4 +273,40 @@ def gate(overall: dict | None, verdict: dict, pct: float, count_machine: bool = 
     else:
         out["reasons"].append(f"{why}, beyond the noise, but {verdict['text']} (not counted: --count-machine "
                               f"counts it)")
+    return out
+
+
+def per_sample_gate(out: dict, overall: dict, verdict: dict, pct: float, ps: dict) -> dict:
+    """The gate where the samples per step changed (a batch or accumulation change): ``throughput`` trips when the
+    measured step per sample (the time per sample, 1 / samples/s) is more than ``pct`` % above the base's, beyond
+    the noise (the step time's rule on the steps' times per sample). A samples-per-step change is a change of the
+    program, never a machine's, so ``--count-machine`` does not enter it; ``step`` is not used (a longer step that
+    carries more samples is not slower), and neither is ``work``: the work cost prices the kernels and ops whose
+    count changed at the base's rates, but not what else grows with the batch (the DataLoader's wait, the copies'
+    time), so per sample it can be far off either way. It is listed (``per_sample.work_cost_rel``), not gated."""
+    sa, sb = ps["samples_per_step"]["base"], ps["samples_per_step"]["new"]
+    ta, tb = ps["us_per_sample"]["base"], ps["us_per_sample"]["new"]
+    rel = ps["rel_change"]
+    head = f"samples per step {sa:,.0f} -> {sb:,.0f}: compared per sample"
+    cost = verdict.get("work_cost") or {}
+    wall = overall["base"]["mean_us"]
+    cost_rel = ((wall + cost["us"]) / sb) / (wall / sa) - 1 if cost.get("us") is not None and wall else None
+    out["per_sample"] = {**ps, "work_cost_rel": cost_rel}
+    why = f"time per sample {ta:,.2f} -> {tb:,.2f} us ({100 * rel:+.1f} %)" if rel is not None else ""
+    beyond = bool(ps.get("significant"))
+    if rel is not None and rel > pct / 100.0 and beyond:
+        out["tripped_by"].append("throughput")
+        out["reasons"].append(f"{head}; {why}, beyond the noise ({ps['threshold_us']:,.2f} us a sample): fewer "
+                              f"samples/s")
+    elif rel is None:
+        out["reasons"].append(f"{head}; the time per sample is not known")
+    elif rel <= pct / 100.0:
+        out["reasons"].append(f"{head}; {why}: not slower by more than {pct:g} %")
+    else:
+        thr = ps.get("threshold_us")
+        out["reasons"].append(f"{head}; {why}: within the noise" + (f" ({thr:,.2f} us a sample)" if thr else ""))
+    if cost_rel is not None:
+        out["reasons"].append(f"the work change at the base's own rates: {100 * cost_rel:+.1f} % per sample "
+                              f"(not gated where the samples per step changed: docs/diff.md)")
+    out["tripped"] = bool(out["tripped_by"])
     return out

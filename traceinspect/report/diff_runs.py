@@ -10,6 +10,8 @@ comparison (``overall``) over all captures (``report/diff_noise.py``), and these
 * ``names``: kernels and CPU ops whose count per step changed, and kernels by name and launch shape (only where the
   traces were read: ``inventories``; ``report/diff_shapes.py``); the GPU time of the kernels of the same name and
   shape joins ``rate`` as ``gpu_same_kernels_us``;
+* ``throughput`` / ``memory``: samples/s, tokens/s, achieved TFLOP/s, MFU, GPU-hours per million samples and peak
+  memory of the compared ranks (and the job's throughput), base against new (``report/diff_figures.py``);
 * ``verdict``: which explains the step-time change (``report/diff_explain.py``);
 * ``gate``: only when ``fail_on_regression`` is given.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 from .diff import MIN_SHARE, SE_FACTOR, _real_steps, _slowest, describe, diff_reports
 from .diff_doc import check
 from .diff_explain import explain, gate
+from .diff_figures import figure_rows, per_sample
 from .diff_noise import compare_runs
 from .diff_shapes import same_kernel_rate, shape_rows
 from .diff_work import loader_rows, name_rows, rate_rows, work_rows
@@ -102,7 +105,10 @@ def diff_runs(bases: list[dict], news: list[dict], pairs: list[tuple[int, int]] 
         dd["rate"].append(same)
     dd["verdict"] = explain(dd.get("overall"), dd["work"], dd["rate"], dd["names"]["kernels"], dd["names"]["ops"],
                             dd["names"]["kernel_shapes"])
+    dd.update(figure_rows(bases, news, ranks_a, ranks_b))
+    walls = lambda runs: [[s.get("wall_us") for s in steps] for steps in runs]  # noqa: E731
+    ps = per_sample(dd["throughput"], walls(base_runs), walls(new_runs), SE_FACTOR, MIN_SHARE)
     if fail_on_regression is not None:
-        dd["gate"] = gate(dd.get("overall"), dd["verdict"], fail_on_regression, count_machine)
+        dd["gate"] = gate(dd.get("overall"), dd["verdict"], fail_on_regression, count_machine, ps)
     check(dd)
     return dd
