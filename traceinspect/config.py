@@ -127,6 +127,13 @@ class Config:
         20,
         "Steps with very few kernels cannot be bound by their launches.")
 
+    # --- uncaptured-launches ----------------------------------------------------------------------------------
+    step_capture_idle_share: float = setting(
+        0.10,
+        "Launch wait a graph of the model's forward and backward leaves on the CPU (the optimizer, AccumulateGrad, "
+        "zero_grad, the Python between), as a share of the step: below a tenth, capturing the whole step is not "
+        "worth its constraints (static inputs, a capturable optimizer).")
+
     # --- optimizer-not-fused ----------------------------------------------------------------------------------
     optimizer_min_ops: int = setting(
         4,

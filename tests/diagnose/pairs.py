@@ -46,6 +46,10 @@ REPEATED_PAIRS = [
     ("gpu_repeats_h100/small_pageable",
      tuple(f"gpu_repeats_h100/small_pageable_{c}" for c in "abc"),
      tuple(f"gpu_repeats_h100/small_pinned_{c}" for c in "abc"), ("pageable-memcpy",)),
+    # The transformer of fixtures/gpu_diff, 12 steps, three captures a side: fp32 (GPU-bound, its launch calls held
+    # by a full GPU queue) against bf16 (host-bound).
+    ("gpu_diff/gpu_fp32", ("gpu_diff/gpu_fp32", "gpu_diff/gpu_fp32_b", "gpu_diff/gpu_fp32_c"),
+     ("gpu_diff/gpu_a", "gpu_diff/gpu_b", "gpu_diff/gpu_c"), ("no-mixed-precision",)),
 ]
 # Families whose run-to-run noise is the spread (largest minus smallest mean step) of repeated captures of a clean
 # job, relative to their mean and scaled to the twin's mean step.

@@ -152,7 +152,8 @@ MADE_FOR = {
     "big_baseline": {"pageable-memcpy", "dataloader-stall", "no-mixed-precision"},
 }
 # The optimized ones: every knob fixed. Their steps are CPU-bound (the H200 is busy 0.6-6 ms of a 9-94 ms step),
-# which launch-bound reports; nothing else may be louder than info.
+# which launch-bound and uncaptured-launches report (the launch wait inside and outside a graph of the model);
+# nothing else may be louder than info.
 OPTIMIZED = ("optimized", "big_optimized", "fp16", "tf32", "deep_default")
 
 
@@ -165,7 +166,7 @@ def test_problem_fixture_gets_its_finding(name):
 @pytest.mark.parametrize("name", OPTIMIZED)
 def test_optimized_fixture_gets_no_warning_for_problems_it_does_not_have(name):
     loud = [(f["id"], f["severity"]) for f in report(FIXTURES / "gpu" / name)["findings"]
-            if f["severity"] != "info" and f["id"] != "launch-bound"]
+            if f["severity"] != "info" and f["id"] not in ("launch-bound", "uncaptured-launches")]
     assert not loud
     assert "pageable-memcpy" not in {f["id"] for f in report(FIXTURES / "gpu" / "pinned")["findings"]}
 

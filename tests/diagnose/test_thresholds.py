@@ -28,6 +28,7 @@ WHERE = {
     "host-sync": [GPU / "big_baseline", PAIRS / "graph_replay"],
     "gpu-idle": [GPU / "big_baseline"],
     "small-buckets": [GPU / "deep_tiny"],
+    "uncaptured-launches": [GPU / "deep_tiny"],
     "straggler": ["straggler_run"],
     "exposed-comm": [DIFF_CONTROL],
     "no-mixed-precision": [PAIRS / "s3_big_fp32_fed", PAIRS / "big_fp32"],

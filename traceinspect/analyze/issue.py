@@ -7,7 +7,9 @@ were waiting, on one sweep with the waits first:
 - blocked in a synchronizing call (``attribution.sync_call_rows``: stream / event / device synchronize, the
   synchronous copies ``cudaMemcpy`` / ``hipMemcpyWithStream`` and their driver variants, the launch of a pageable
   copy);
-- in a DataLoader fetch (``enumerate(DataLoader)...__next__`` annotations).
+- in a DataLoader fetch (``enumerate(DataLoader)...__next__`` annotations);
+- in a launch call held until the GPU's launch queue had room (``queue_waits``: a GPU-bound step fills the queue,
+  and each launch then waits for a kernel ahead of it to finish): time a faster GPU removes.
 
 The issuing threads are the training thread (the one holding the ``ProfilerStep`` annotations) and every thread
 whose runtime calls launched GPU work: in training, the autograd engine's device thread runs backward's ops and
@@ -94,9 +96,65 @@ def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame, threads: np.ndarra
     del waits, work
     bounds = row_bounds(ev, rows)  # the rows' times only, never a column's worth
     del rows
+    qa, qb = queue_waits(ev, steps.gpu_index, threads)  # waits too: a launch held until the GPU's queue had room
+    if len(qa):
+        n = len(bounds) // 2
+        bounds = np.concatenate([bounds[:n], qa, bounds[n:], qb])
+        cats = np.concatenate([cats, np.zeros(len(qa), np.int8)])
     tl = sweep(bounds, cats, 2)
     del bounds, cats
     return tl.exclusive_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[1]
+
+
+#: A launch call (a kernel launch, an async copy or memset) this many times the rank's median launch call, and
+#: QUEUE_WAIT_MIN_US beyond it, while the GPU ran work all along, waited for room in the GPU's launch queue (the
+#: driver holds a bounded number of pending launches; a GPU-bound step fills it): that time is the GPU's, which a
+#: faster GPU removes, not the CPU's own work. An ordinary launch call takes 2-20 us; a full queue holds one for as
+#: long as the kernel ahead of it runs (up to 11 ms on the fp32 transformer of fixtures/gpu_diff).
+QUEUE_WAIT_FACTOR = 4.0
+QUEUE_WAIT_MIN_US = 50.0
+#: ... the GPU busy at least this share of that time (else the call was slow for a reason of its own).
+QUEUE_WAIT_BUSY_SHARE = 0.9
+
+
+def queue_waits(ev: pd.DataFrame, gidx: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the issuing threads' launch calls spent waiting for room in the GPU's queue: from the rank's
+    median launch call into the call, to its end, where that is ``QUEUE_WAIT_FACTOR`` times the median and
+    ``QUEUE_WAIT_MIN_US`` longer, and the GPU was busy through it."""
+    from .links import launch_calls
+
+    empty = (np.empty(0), np.empty(0))
+    if not len(gidx):
+        return empty
+    rt = launch_calls(ev)["rt"].to_numpy()
+    if not len(rt):
+        return empty
+    rt = rt[np.isin(ev["tid"].to_numpy()[rt], threads)]
+    ts, dur = ev["ts"].to_numpy()[rt].astype(float), ev["dur"].to_numpy()[rt].astype(float)
+    if not len(rt):
+        return empty
+    med = float(np.median(dur))
+    long = (dur >= QUEUE_WAIT_FACTOR * med) & (dur - med >= QUEUE_WAIT_MIN_US)
+    if not long.any():
+        return empty
+    a, b = ts[long] + med, ts[long] + dur[long]
+    # the GPU's busy time: its activities merged, with the busy time before each merged interval's start
+    gs, ge = ev["ts"].to_numpy()[gidx].astype(float), (ev["ts"].to_numpy()[gidx] + ev["dur"].to_numpy()[gidx]).astype(float)
+    order = np.argsort(gs, kind="stable")
+    gs, ge = gs[order], np.maximum.accumulate(ge[order])
+    new = np.r_[True, gs[1:] > ge[:-1]]
+    ms = gs[new]
+    me = np.r_[ge[np.flatnonzero(new)[1:] - 1], ge[-1:]] if len(gs) else ge
+    before = np.r_[0.0, np.cumsum(me - ms)[:-1]]
+
+    def busy_until(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(ms, x, "right") - 1
+        inside = np.clip(x - ms[np.clip(i, 0, None)], 0.0, (me - ms)[np.clip(i, 0, None)])
+        return np.where(i >= 0, before[np.clip(i, 0, None)] + inside, 0.0)
+
+    busy = busy_until(b) - busy_until(a)
+    keep = busy >= QUEUE_WAIT_BUSY_SHARE * (b - a)
+    return a[keep], b[keep]
 
 
 def _holding(ev: pd.DataFrame, rows: np.ndarray, inner: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ RULE_MODULES = (
     "no_mixed_precision",
     "gradscaler_with_bf16",
     "launch_bound",
+    "uncaptured_launches",
     "optimizer_not_fused",
     "tensor_core_alignment",
     "memory_near_full",

@@ -48,6 +48,9 @@ class Claim:
     # GPU-basis pool time the finding explains beyond its claim: taken off the pool after the claim, unclaimed, so a
     # symptom does not claim it again (idle its fix does not remove, which no other finding's fix removes either)
     explains: Take | None = None
+    # Its fix removes time an earlier finding explained but left unclaimed (``explains``: what that finding's fix
+    # leaves, such as the launch wait around work a graph of the model keeps on the CPU): it may take that first.
+    claims_explained: bool = False
     # A memory finding claims bytes of peak memory (its evidence's ``bytes_at_stake``), never time: apart from the
     # waterfall. ``memory(finding, config) -> (severity, reason)`` grades it (docs/memory.md).
     memory: Callable | None = None

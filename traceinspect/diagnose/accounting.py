@@ -17,7 +17,9 @@ Each step's wall time is cut into pools that do not overlap (GPU basis)::
 ``other``.) Findings claim from their pools in the order their rules declare (``_rule.Claim``: what each takes,
 per basis), each taking at most what is left, so a symptom (``Claim.symptom``, last) gets only the idle time no
 cause explained; a finding may explain more of a pool than its fix removes (``Claim.explains``: launch
-overhead its fix leaves on the CPU), and that rest is taken off the pool unclaimed, so no symptom claims it again.
+overhead its fix leaves on the CPU), and that rest is taken off the pool unclaimed, so no symptom claims it again;
+a later finding whose fix removes that rest too (``Claim.claims_explained``: capturing the whole step, optimizer
+included) claims it first, from that reserve, so the explained time is owned by exactly one claim or by none.
 The accounting never asks which rule it holds. Work the GPU does faster after a fix saves only
 where the GPU is the step's critical path: at most ``wall - cpu_floor``, the
 part of the step the CPU does not need for its own work (``cpu_floor = cpu_issue_us``, the issuing threads' ops
@@ -75,6 +77,7 @@ def _pools(ra, s: pd.DataFrame, config, floor: np.ndarray | None) -> dict[str, n
 LOADER_ROOM = "loader_room"  # not a pool of the step: the bound a measured DataLoader puts on every other claim
 PACED = "paced"  # not a pool either: the steps the DataLoader paced (bool per step)
 LOADER_FIXED = "loader_fixed"  # set once the loader's own finding claimed time on the rank (its fix is in the plan)
+EXPLAINED = "explained"  # pool -> [(finding id, us per step)]: time a finding explained and left unclaimed
 
 
 def _estimate(f: Finding, rule, rank: int) -> float:
@@ -103,22 +106,37 @@ def _claim_ranks(f: Finding, rule, report) -> list[int]:
     return list(f.ranks)
 
 
-def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config) -> tuple[np.ndarray, float, float, np.ndarray]:
+def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config
+          ) -> tuple[np.ndarray, float, float, np.ndarray, dict]:
     """Take ``f``'s demands from the rank's pools (what is left of them): its claim per step, the mean of it that
-    was GPU idle time, the mean the loader room cut from it, and what it saves per step only after the loader's
-    fix (GPU-side savings in the steps the loader paced)."""
+    was GPU idle time, the mean the loader room cut from it, what it saves per step only after the loader's
+    fix (GPU-side savings in the steps the loader paced), and the mean it took of each earlier finding's explained
+    time (``Claim.claims_explained``)."""
     got = np.zeros(len(s))
     after = np.zeros(len(s))
     idle = cut = 0.0
+    moved: dict[str, float] = {}  # mean explained idle of another finding this claim took (accounting below)
     spill = None
     bounded = LOADER_ROOM in pools and not rule.claim.fixes_loader
     for pool, want in _demands(f, rule, ra, s, config):
-        if pool not in pools or pool in (LOADER_ROOM, PACED, LOADER_FIXED):
+        if pool not in pools or pool in (LOADER_ROOM, PACED, LOADER_FIXED, EXPLAINED):
             continue
         want = spill if want is None else want(got) if callable(want) else want
         if want is None:
             continue
-        take = np.minimum(np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None), pools[pool])
+        want = np.clip(np.nan_to_num(want, nan=0.0, posinf=np.inf), 0.0, None)
+        if rule.claim.claims_explained:  # what earlier findings explained and left: its fix removes it
+            for owner, rest in pools.get(EXPLAINED, {}).get(pool, []):
+                part = np.minimum(want, rest)
+                if bounded:
+                    part = np.minimum(part, pools[LOADER_ROOM])
+                    pools[LOADER_ROOM] = pools[LOADER_ROOM] - part
+                rest -= part  # in place: the reserve is shared with the owner's entry
+                want = want - part
+                got += part
+                idle += float(part.mean())
+                moved[owner] = moved.get(owner, 0.0) + float(part.mean())
+        take = np.minimum(want, pools[pool])
         if pool == "compute" and "room" in pools:  # faster GPU work saves only where the GPU leads
             room = pools["room"]
             if rule.claim.adds_cpu is not None:  # ... and CPU work the fix adds (autocast's casts) takes room
@@ -151,10 +169,11 @@ def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config) -> tuple[n
                 gone = np.minimum(np.clip(np.nan_to_num(want) - got, 0.0, None), pools[pool])
                 pools[pool] = pools[pool] - gone
                 idle += float(gone.mean())
+                pools.setdefault(EXPLAINED, {}).setdefault(pool, []).append((f.id, gone.copy()))
     if rule.claim.fixes_loader and got.sum() > 0:
         pools[LOADER_FIXED] = True
     # below a nanosecond: rounding of the pools, not a claim
-    return np.where(got < 1e-3, 0.0, got), idle, cut, np.where(after < 1e-3, 0.0, after)
+    return np.where(got < 1e-3, 0.0, got), idle, cut, np.where(after < 1e-3, 0.0, after), moved
 
 
 @dataclass
@@ -198,7 +217,10 @@ def account(report, findings: list[Finding], config) -> tuple[list[Finding], dic
         for r in _claim_ranks(f, rule, report):
             if r not in ranks or not len(steps[r]):
                 continue
-            got, idle, cut, after = _take(f, rule, ranks[r], steps[r], left[r], config)
+            got, idle, cut, after, moved = _take(f, rule, ranks[r], steps[r], left[r], config)
+            for owner, us in moved.items():  # explained there, claimed here: listed once, as this claim
+                if owner in book.idle.get(r, {}):
+                    book.idle[r][owner] = max(book.idle[r][owner] - us, 0.0)
             if after.sum() > 0:
                 book.add(book.later, r, f.id, after)
             if cut > 0:

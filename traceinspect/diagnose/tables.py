@@ -23,7 +23,10 @@ def _claim_notes(claim) -> str:
         notes.append("the DataLoader's own fix: not bounded by the loader; GPU-side savings in the steps the loader "
                      "paced count `after` it")
     if claim.explains is not None:
-        notes.append(f"explains, unclaimed, the rest of {claim.explains.describe()} (no symptom claims it)")
+        notes.append(f"explains, unclaimed, the rest of {claim.explains.describe()} (no symptom claims it; a later "
+                     "finding whose fix removes it may)")
+    if claim.claims_explained:
+        notes.append("claims first what earlier findings explained and left unclaimed (`claims_explained`)")
     if claim.memory is not None:
         notes.append("claims bytes of peak memory (`bytes_at_stake`), no time: graded by its own memory scale "
                      "(docs/memory.md)")

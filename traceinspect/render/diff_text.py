@@ -45,6 +45,17 @@ def _verdict(row: dict, wall: bool) -> tuple[str, str]:
     return ("more", "red") if up else ("less", "green")
 
 
+def captures(dd: dict) -> dict[str, list]:
+    """Per side, the captures the diff reads (``runs``; one: the side's own source). With several, the step time
+    is their mean (``overall``) while the per-rank tables and the findings are the first capture's."""
+    runs = dd.get("runs") or {}
+    return {side: list(runs.get(side) or [dd[side].get("source")]) for side in ("base", "new")}
+
+
+def _of(runs: list) -> str:
+    return f", mean of {len(runs)} captures" if len(runs) > 1 else ""
+
+
 def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
     from rich.table import Table
     from rich.text import Text
@@ -54,16 +65,21 @@ def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
     buf = io.StringIO()
     con = console_for(buf, width, color)
     con.print(Text("traceinspect diff", style="bold"))
+    runs = captures(dd)
     for side in ("base", "new"):
         s = dd[side]
         steps = ", ".join(f"rank {r}: {fmt.count(n, 'step')}" for r, n in s["steps"].items()) or "no ranks"
-        con.print(plain(f"{side:4s}: {safe.path(s['source'])} ({steps})"))
+        more = runs[side][1:]
+        also = (f"; also {', '.join(safe.path(x) for x in more)}: {len(runs[side])} captures, the step time below is "
+                "their mean, the tables and findings are the first's") if more else ""
+        con.print(plain(f"{side:4s}: {safe.path(s['source'])} ({steps}{also})"))
     o = dd.get("overall")
     if o and o.get("delta_us") is not None:
         v, style = _verdict(o, True)
         line = Text("Step time (slowest rank): ", style="bold")
-        line.append(plain(f"{_ms(o['base']['mean_us'])} ms (rank {o['base_rank']}) -> {_ms(o['new']['mean_us'])} ms "
-                     f"(rank {o['new_rank']}), {_delta(o).split(' (')[0]} ms"))
+        line.append(plain(f"{_ms(o['base']['mean_us'])} ms (rank {o['base_rank']}{_of(runs['base'])}) -> "
+                          f"{_ms(o['new']['mean_us'])} ms (rank {o['new_rank']}{_of(runs['new'])}), "
+                          f"{_delta(o).split(' (')[0]} ms"))
         if o.get("rel_change") is not None:
             line.append(f" ({100 * o['rel_change']:+.1f} %)")
         line.append(": ")
@@ -77,8 +93,11 @@ def render_diff_text(dd: dict, width: int = 120, color: bool = False) -> str:
         basis = rk["basis"]
         what = ("GPU timeline" if basis["base"] == "gpu" else "training thread") if basis["base"] == basis["new"] \
             else f"basis changed: {basis['base']} -> {basis['new']}"
+        first = ("" if len(runs["base"]) == len(runs["new"]) == 1 else
+                 f" of the first capture of each side ({safe.path(dd['base']['source'])} vs "
+                 f"{safe.path(dd['new']['source'])})")
         con.print(plain(f"{names.capitalize()} · {what} · ms per step, mean ± sd over "
-                       f"{len(rk['steps']['base'])} / {len(rk['steps']['new'])} steps", style="bold"))
+                       f"{len(rk['steps']['base'])} / {len(rk['steps']['new'])} steps{first}", style="bold"))
         t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         for col, just in (("category", "left"), ("base", "right"), ("new", "right"), ("change ms", "right"),
                           ("noise 2·SE", "right"), ("", "left")):

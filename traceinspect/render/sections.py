@@ -234,7 +234,13 @@ def stake(f: dict) -> str:
     explained = sum(_us(e["us"]) for e in ex)
     if not (at or after or est):
         return ""
-    out = f" · at stake about {fmt.ms(at)} per step" + (f" ({fmt.pct(share, 0)} of the step)"
+    of = "the step"
+    named = ((f.get("evidence") or {}).get("per_rank") or [{}])[0]
+    rank = f.get("claim_rank")
+    if isinstance(named, dict) and named.get("rank") not in (None, rank) and rank is not None and share:
+        # the title and the evidence describe another rank's step: name the one the claim is a share of
+        of = f"rank {rank}'s {fmt.ms(at / share)} step"
+    out = f" · at stake about {fmt.ms(at)} per step" + (f" ({fmt.pct(share, 0)} of {of})"
                                                        if at and share is not None else "")
     if after:
         out += (f" now, {fmt.ms(after)} more once the DataLoader keeps up (after {af.get('id')}): "
