@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from ..diagnose.finding import SEVERITIES
+from ..severities import SEVERITIES
 from .columns import STEP_COLUMNS
 
 SCHEMA = "traceinspect.report/1"
@@ -439,7 +439,9 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     share_of_step: Num | UnsetType = UNSET
     severity_reason: str | None | UnsetType = UNSET
     thin_evidence: str | None | UnsetType = UNSET  # why the evidence is too thin for a higher severity
-    owned_by: str | None | UnsetType = UNSET  # the finding id whose fix removes this one's time
+    # Deprecated, never written: kept in the schema for readers of older reports (field names are a contract).
+    # host-sync names the finding that reports its time in its evidence (``evidence.owned_by``) instead.
+    owned_by: str | None | UnsetType = UNSET
     estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
     claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
