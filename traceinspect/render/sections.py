@@ -240,9 +240,7 @@ def stake(f: dict) -> str:
         parts.append(f"{fmt.ms(explained)} claimed by {', '.join(str(e.get('id')) for e in ex)}")
     rest = est - at - after - cut - explained
     if rest >= max(0.05 * est, 5.0):
-        owner = f.get("owned_by")
-        parts.append(f"{fmt.ms(rest)} " + (f"claimed by {owner}" if isinstance(owner, str) and owner else
-                                          "claimed by other findings or beyond what its fix removes"))
+        parts.append(f"{fmt.ms(rest)} claimed by other findings or beyond what its fix removes")
     if parts:
         out += f"; of the {fmt.ms(est)} it measures: " + ", ".join(parts)
     return out
