@@ -29,7 +29,16 @@ class FormatsCommand(click.Command):
         params = super().get_params(ctx)
         args = [p for p in params if isinstance(p, click.Argument)]
         rest = [p for p in params if not isinstance(p, click.Argument)]
-        return [*args, *(_option(f) for f in formats_for(self.name)), *rest]
+        return [*args, *self._format_options(), *rest]
+
+    def _format_options(self) -> list[click.Option]:
+        """One option object per format for as long as the table is the same (click matches the parsed options
+        to the parameters it processes by identity)."""
+        table = formats_for(self.name)
+        made = getattr(self, "_made", None)
+        if made is None or made[0] != table:
+            made = self._made = (table, [_option(f) for f in table])
+        return made[1]
 
 
 def chosen(command: str, params: dict) -> list[tuple[Format, str]]:

@@ -24,4 +24,16 @@ EVIDENCE_UNITS = {
         'threshold_share_warning': 'share',
         'workers_us_per_batch': 'us',
     },
+    'host-sync': {
+        'blocked_us_per_step': 'us',
+        'blocking_calls_per_step': 'count',
+        'count_per_step': 'count',
+        'ddp_runtime_stats_us_per_step': 'us',
+        'gpu_idle_while_blocked_us_per_step': 'us',
+        'item_calls_per_step': 'count',
+        'pageable_copy_us_per_step': 'us',
+        'share_of_step': 'share',
+        'threshold_share_warning': 'share',
+        'us_per_step': 'us',
+    },
 }
