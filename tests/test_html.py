@@ -75,7 +75,7 @@ def assert_self_contained(text: str) -> None:
 def test_html_control_report():
     need(DIFF_CONTROL)
     _, rep, d = analyzed(DIFF_CONTROL)
-    text = render_html(d, rep)
+    text = render_html(d)
     assert_self_contained(text)
     page = parse(text)
     assert page.title == "traceinspect report"
@@ -90,7 +90,7 @@ def test_html_control_report():
         assert "<pre class=fix><code>" in body and str(markupsafe.escape(f["fix"].splitlines()[0])) in body
         assert "<table class=evidence>" in body or "<table class='evidence kv'>" in body
     # one embedded PNG per plot the report supports, each a real PNG
-    figs = plots.figures(d, rep)
+    figs = plots.figures(d)
     assert len(page.imgs) == len(figs) >= 2
     for src in page.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -104,7 +104,7 @@ def test_html_control_report():
 
 def test_html_uses_the_palette(tmp_path):
     d = analyzed(synthetic_cpu_run(tmp_path / "syn"))[2]
-    text = render_html(d, None)
+    text = render_html(d)
     for key in ("dataloader", "forward", "backward", "comm", "optimizer", "other"):
         assert f"background:{plots.color(key)}" in text
 
@@ -112,12 +112,12 @@ def test_html_uses_the_palette(tmp_path):
 def test_html_empty_ish_reports(tmp_path):
     # CPU only, a rank missing, no Report object (as from a saved report.json): still a whole page
     d = analyzed(synthetic_cpu_run(tmp_path / "syn", ranks=(0, 2), world_size=3))[2]
-    page = parse(render_html(d, None))
+    page = parse(render_html(d))
     assert page.title == "traceinspect report" and "missing-ranks" in page.ids and {"rank-0", "rank-2"} <= set(page.ids)
     # breakdown + ranks (+ the waterfall when findings claim time); no timeline / message sizes without GPU or sizes
     assert len(page.imgs) == 2 + bool(plots.waterfall_figure(d))
     # nothing analyzable at all
-    text = render_html(empty_report(), None)
+    text = render_html(empty_report())
     assert_self_contained(text)
     page = parse(text)
     assert page.title == "traceinspect report" and not page.imgs and "skipped" in page.ids
@@ -156,7 +156,7 @@ def test_html_in_chromium(tmp_path, request):
     need(DIFF_CONTROL)
     _, rep, d = analyzed(DIFF_CONTROL)
     page_file = tmp_path / "report.html"
-    page_file.write_text(render_html(d, rep))
+    page_file.write_text(render_html(d))
     dom = _chromium("--dump-dom", page_file.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     page = parse(dom.stdout)
@@ -184,7 +184,7 @@ def test_html_real_cpu_run_in_chromium(tmp_path, request):
     folder = real_cpu_run(request, "cpu_baseline_run")
     _, rep, d = analyzed(folder)
     page_file = tmp_path / "cpu.html"
-    page_file.write_text(render_html(d, rep))
+    page_file.write_text(render_html(d))
     dom = _chromium("--dump-dom", page_file.as_uri())
     assert dom.returncode == 0
     page = parse(dom.stdout)

@@ -198,7 +198,7 @@ def test_cpu_only_ranks_missing_rank(tmp_path):
             assert p.get_width() == pytest.approx(waits[int(p.get_gid().split(":")[1])] / 1000.0)
     straggler = d["cross_rank"]["straggler"]["rank"]
     assert straggler == 2 and f"straggler: rank {straggler}" in figs["ranks"]._suptitle.get_text()
-    paths = plots.write_plots(d, None, tmp_path / "out")
+    paths = plots.write_plots(d, tmp_path / "out")
     assert [p.name for p in paths if p.name != "waterfall.png"] == ["step_breakdown.png", "ranks.png"] + (
         ["tradeoff.png"] if any(r.get("tradeoff") for r in d["ranks"]) else [])
 
@@ -258,7 +258,7 @@ def test_message_sizes_are_the_collectives_and_the_cap():
     colls = rep.ranks[0].tables["collectives"]
     colls = colls[colls["step"].isin([s["step"] for s in d["ranks"][0]["steps"]])]  # the document's steps
     known = sorted(float(b) for b in colls["bytes"] if b is not None and float(b) > 0)
-    fig = plots.message_sizes_figure(d, rep)
+    fig = plots.message_sizes_figure(d)
     ax = fig.axes[0]
     xs = sorted(float(x) for coll in ax.collections for x, _ in coll.get_offsets())
     assert xs == pytest.approx(known)
@@ -270,7 +270,7 @@ def test_message_sizes_are_the_collectives_and_the_cap():
     # the capture's own bucket cap wins over the default; the dict alone (no Report) is enough
     d2 = copy.deepcopy(d)
     d2["ranks"][0]["metadata"] = {"ddp": {"bucket_cap_mb": 1.0}}
-    ax2 = plots.message_sizes_figure(d2, None).axes[0]
+    ax2 = plots.message_sizes_figure(d2).axes[0]
     assert [ln.get_xdata()[0] for ln in ax2.lines if ln.get_linestyle() == "--"] == [2 ** 20]
     assert sorted(float(x) for c in ax2.collections for x, _ in c.get_offsets()) == pytest.approx(known)
 
@@ -297,7 +297,7 @@ def test_message_sizes_say_what_the_cap_line_means():
 def test_message_sizes_skipped_without_collectives():
     need(BERT)
     _, rep, d = analyzed(BERT)
-    assert plots.message_sizes_figure(d, rep) is None
+    assert plots.message_sizes_figure(d) is None
     assert plots.ranks_figure(d) is None  # one rank
     assert [n for n in plots.figures(d) if n != "waterfall"] == ["step_breakdown", "timeline"] + (
         ["tradeoff"] if any(r.get("tradeoff") for r in d["ranks"]) else [])
@@ -306,7 +306,7 @@ def test_message_sizes_skipped_without_collectives():
 def test_write_plots_pngs(tmp_path):
     need(DIFF_CONTROL)
     _, rep, d = analyzed(DIFF_CONTROL)
-    paths = plots.write_plots(d, rep, tmp_path / "plots")
+    paths = plots.write_plots(d, tmp_path / "plots")
     sized = [c for s in d["ranks"][0]["steps"] for c in s.get("collectives") or [] if (c.get("bytes") or 0) > 0]
     names = [p.name for p in paths if p.name != "waterfall.png"]
     assert names == ["step_breakdown.png", "timeline.png"] + (["message_sizes.png"] if sized else []) + (
@@ -318,8 +318,8 @@ def test_write_plots_pngs(tmp_path):
 
 def test_empty_report_draws_nothing(tmp_path):
     d = empty_report()
-    assert plots.figures(d, None) == {}
-    assert plots.write_plots(d, None, tmp_path / "none") == []
+    assert plots.figures(d) == {}
+    assert plots.write_plots(d, tmp_path / "none") == []
 
 
 def test_plots_leave_pyplot_alone(tmp_path):
@@ -330,7 +330,7 @@ def test_plots_leave_pyplot_alone(tmp_path):
         "from traceinspect.load.reader import load\nfrom traceinspect.run.stages import analyze\n"
         "from traceinspect.config import Config\nfrom traceinspect.render.plots import write_plots\n"
         f"rep = analyze(load({str(folder)!r}, Config(use_cache=False, workers=1)))\n"
-        f"write_plots(rep.to_dict(), rep, {str(tmp_path / 'o')!r})\n"
+        f"write_plots(rep.to_dict(), {str(tmp_path / 'o')!r})\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -341,7 +341,7 @@ def test_plots_leave_pyplot_alone(tmp_path):
 def test_real_cpu_capture(request):
     folder = real_cpu_run(request, "cpu_baseline_run")
     _, rep, d = analyzed(folder)
-    figs = plots.figures(d, rep)
+    figs = plots.figures(d)
     assert "step_breakdown" in figs and "ranks" in figs and "timeline" not in figs
     bars = [p for p in figs["step_breakdown"].axes[0].patches if (p.get_gid() or "").startswith("bd:")]
     total = sum(p.get_height() for p in bars)

@@ -2,44 +2,31 @@
 
 The analysis path never imports torch; ``traceinspect.capture`` and ``traceinspect.capture.workload`` do.
 
-``traceinspect.load(path)`` and ``traceinspect.analyze(trace)`` are the API's stage-by-stage calls, and ``load``
-and ``analyze`` are also the names of the stage packages. The packages know no later stage, so this facade makes
-the two package modules callable: ``load(...)`` runs ``run.stages.load``, ``analyze(...)`` ``run.stages.analyze``
-(with the run's worker processes and cache handed in).
-"""
+The Python API is plain functions (``run/api.py``), imported on first use so that importing the package stays
+cheap (and works without the analysis dependencies):
 
-import sys as _sys
-import types as _types
+    report_doc(path, config)      -> ReportDoc: the typed report (the JSON contract, report/doc.py)
+    report_folder(path, config)   -> FolderReport: the document and the live analysis behind it (the CLI's call)
+    load_trace(path, config)      -> Trace: per-rank columnar events
+    analyze_trace(trace, config)  -> Report: the live analysis (DataFrames per rank, findings); ``.to_dict()``
+    analyze_path(path, config)    -> Report: ``load_trace`` then ``analyze_trace`` (run N of the folder: ``run=N``)
+"""
 
 __version__ = "0.1.0"
 
-__all__ = ["report_folder", "load", "analyze", "analyze_path", "Config", "__version__"]
+__all__ = ["report_doc", "report_folder", "load_trace", "analyze_trace", "analyze_path", "Config", "__version__"]
+
+_LAZY = {"report_doc": "run.api", "report_folder": "run", "load_trace": "run.api", "analyze_trace": "run.api",
+         "analyze_path": "run.api", "Config": "config"}
 
 
-class _StageCall(_types.ModuleType):
-    """A stage package that can be called as the API function of the same name (``run/stages.py``)."""
-
-    def __call__(self, *args, **kwargs):
-        from .run import stages
-
-        return getattr(stages, self.__name__.rsplit(".", 1)[-1])(*args, **kwargs)
-
-
-from . import analyze, load  # noqa: E402  (standard library only: each package's __init__ is its docstring)
-
-for _stage in (analyze, load):
-    _sys.modules[_stage.__name__].__class__ = _StageCall
-
-_LAZY = {"report_folder": ("run", "report_folder"), "analyze_path": ("run.api", "analyze_path"),
-         "Config": ("config", "Config")}
-
-
-def __getattr__(name):  # lazy: importing the package stays cheap (and works without the analysis deps)
+def __getattr__(name):
     if name not in _LAZY:
-        raise AttributeError(name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    module, attr = _LAZY[name]
-    obj = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    globals()[name] = obj
-    return obj
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])

@@ -31,15 +31,29 @@ def plain(tmp_path, monkeypatch):
 def takes(monkeypatch):
     """Every ``take`` of the reader, and whether it found the pieces started."""
     seen = []
-    orig = prefetch.take
+    orig = prefetch.Started.take
 
-    def spy(path):
-        got = orig(path)
+    def spy(self, path):
+        got = orig(self, path)
         seen.append((path, got is not None))
         return got
 
-    monkeypatch.setattr(prefetch, "take", spy)
+    monkeypatch.setattr(prefetch.Started, "take", spy)
     return seen
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """Every ``Started`` the report makes (to see its workers stopped after)."""
+    made = []
+    orig = prefetch.Started.__init__
+
+    def spy(self, *a, **kw):
+        orig(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(prefetch.Started, "__init__", spy)
+    return made
 
 
 def _started(path, cfg):
@@ -52,21 +66,21 @@ def _report(path, workers):
     return json.dumps(report_folder(path, cfg).to_dict(), sort_keys=True)
 
 
-def test_prefetched_report_equals_the_one_process_report(plain, takes):
+def test_prefetched_report_equals_the_one_process_report(plain, takes, pools):
     one = _report(plain.parent, 1)
-    assert takes == [(str(plain), False)]  # one worker: nothing started
-    takes.clear()
+    assert takes == [] and pools == []  # one worker: nothing started
     two = _report(plain.parent, 2)
     assert takes == [(str(plain), True)]
     assert two == one
-    assert not prefetch._STARTED and not prefetch._POOL  # the workers are gone after the report
+    assert len(pools) == 1 and pools[0].stopped and not pools[0].files  # the workers are gone after the report
 
 
 def test_started_columns_equal_the_file_decoded_here(plain):
     here = decode_file(str(plain)).columns
-    with _started(plain.parent, Config(use_cache=False, workers=2)):
-        assert str(os.path.realpath(plain)) in prefetch._STARTED
-        there = decode_file(str(plain)).columns
+    with _started(plain.parent, Config(use_cache=False, workers=2)) as pre:
+        assert str(os.path.realpath(plain)) in pre.files
+        there = decode_file(str(plain), taken=pre.take(str(plain))).columns
+    assert pre.stopped
     assert set(there) == set(here)
     for c in dec.NUM_COLS:
         np.testing.assert_array_equal(there[c], here[c])
@@ -76,23 +90,23 @@ def test_started_columns_equal_the_file_decoded_here(plain):
 
 
 def test_a_file_changed_since_the_start_is_decoded_again(plain, takes):
-    with _started(plain.parent, Config(use_cache=False, workers=2)):
+    with _started(plain.parent, Config(use_cache=False, workers=2)) as pre:
         st = plain.stat()
         os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-        cols = decode_file(str(plain)).columns
+        cols = decode_file(str(plain), taken=pre.take(str(plain))).columns
     assert takes == [(str(plain), False)]
     assert cols["n"] > 0
 
 
 def test_a_forked_child_never_waits_on_the_parents_pieces(plain, monkeypatch):
-    with _started(plain.parent, Config(use_cache=False, workers=2)):
+    with _started(plain.parent, Config(use_cache=False, workers=2)) as pre:
         real_pid = os.getpid()
         monkeypatch.setattr(prefetch.os, "getpid", lambda: real_pid + 1)
         try:
-            assert prefetch.take(str(plain)) is None
+            assert pre.take(str(plain)) is None
         finally:
             monkeypatch.undo()  # the parent again: it stops its workers
-    assert not prefetch._POOL
+    assert pre.stopped
 
 
 @pytest.mark.parametrize("case", ["gzip", "as many files as workers", "two files, four workers", "cached columns",
@@ -111,5 +125,5 @@ def test_nothing_is_started_where_the_report_would_not_cut_the_file(plain, tmp_p
         cfg = Config(workers=2, cache_dir=str(tmp_path / "cache"))
     else:
         cfg = Config(use_cache=False, workers=2, executor="dask")
-    with _started(plain.parent, cfg):
-        assert not prefetch._STARTED and not prefetch._POOL
+    with _started(plain.parent, cfg) as pre:
+        assert pre is None

@@ -27,16 +27,16 @@ __all__ = ["capture", "demo", "run_capture", "render_knobs",
 
 # --------------------------------------------------------------------------- commands
 
-_schedule_options = [
+_SCHEDULE_OPTIONS = (
     click.option("--wait", default=1, show_default=True, help="idle steps before each window"),
     click.option("--warmup", default=1, show_default=True, help="profiled but discarded steps"),
     click.option("--active", default=3, show_default=True, help="recorded steps per window"),
     click.option("--repeat", default=1, show_default=True, help="windows per rank (0 = until the run ends)"),
-]
+)
 
 
 def _with_schedule(f):
-    for opt in reversed(_schedule_options):
+    for opt in reversed(_SCHEDULE_OPTIONS):
         f = opt(f)
     return f
 

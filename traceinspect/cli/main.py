@@ -14,9 +14,9 @@ import click
 from ..errors import EXIT_FINDING, UsageError
 from ..render.safe import path as shown
 from . import exits
-from .options import (cache_dir_option, check_readable_input, echo_text, html_option, markdown_option, no_cache_option,
-                      out_option, quiet_option, run_config, settings_option, width_option, workers_option)
-from .output import check_targets, dumps, one_stdout, write_documents, write_text
+from . import formats
+from .options import (cache_dir_option, check_readable_input, echo_text, no_cache_option, quiet_option, run_config,
+                      settings_option, width_option, workers_option)
 
 
 class _Commands(click.Group):
@@ -103,12 +103,8 @@ class _BarObserver:
             self.stop()
 
 
-@cli.command()
+@cli.command(cls=formats.FormatsCommand)
 @click.argument("path", type=click.Path(path_type=str))
-@click.option("--json", "json_path", metavar="PATH", help="Write the JSON report to PATH ('-' for stdout).")
-@markdown_option
-@html_option
-@out_option
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 when a finding reaches this severity (docs/findings.md); the findings that did are printed.")
 @click.option("--strict", is_flag=True, help="Any file that cannot be read is an error (exit 2).")
@@ -119,18 +115,15 @@ class _BarObserver:
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where the per-rank stage runs.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://...) for --executor dask.")
-@click.option("--tensorboard", "tb_dir", is_flag=False, flag_value="", default=None, metavar="[DIR]",
-              help="Write per-step scalars and findings as TensorBoard runs under DIR/traceinspect (default DIR: the "
-                   "trace folder).")
 @width_option
 @quiet_option
 @click.option("--run", "run_no", type=click.IntRange(min=1), metavar="N",
               help="Report run N of the folder (1 the oldest; default the most recent).")
 @click.option("--all-runs", is_flag=True, help="One report per run of the folder (output names get .runN).")
-def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cache, cache_dir, settings, workers,
-           executor, scheduler, tb_dir, width, quiet, run_no, all_runs) -> None:
+def report(path, fail_on, strict, no_cache, cache_dir, settings, workers, executor, scheduler, width, quiet, run_no,
+           all_runs, **outputs) -> None:
     """Analyze the traces under PATH (a folder of per-rank traces, or one file) and report."""
-    on_stdout = one_stdout(json=json_path, markdown=md_path, html=html_path)
+    on_stdout = formats.stdout_format("report", outputs)
     if scheduler is not None and not scheduler.strip():  # an unset variable in a script: never a local cluster
         raise UsageError(f"--scheduler {scheduler!r}: empty (expected tcp://HOST:PORT; leave --scheduler out for a "
                          "local cluster)")
@@ -143,7 +136,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
     from ..run import report_folder
 
     check_readable_input(path)
-    check_targets(json_path, md_path, html_path, out_dir=out_dir)
+    formats.check("report", outputs)
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(not quiet))
     d = result.to_dict()
@@ -151,14 +144,7 @@ def report(path, json_path, md_path, html_path, out_dir, fail_on, strict, no_cac
         exits.say(f"skipped {line}")
     if strict and d["skipped"]:
         raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
-    if json_path:
-        write_text(json_path, dumps(d))
-    write_documents(d, md_path, out_dir, html_path)
-    if tb_dir is not None:
-        from ..render.tensorboard import write_tensorboard
-
-        where = write_tensorboard(d, tb_dir or path)
-        exits.say(f"TensorBoard summaries written to {where}")
+    formats.write("report", outputs, d, source=path)
     if not quiet and not on_stdout:
         echo_text(render_text, d, width)
     if fail_on:
@@ -189,21 +175,18 @@ def _load_report(path: str) -> dict:
     return to_dict(load(path))
 
 
-@cli.command()
+@cli.command(cls=formats.FormatsCommand)
 @click.argument("report_json", metavar="REPORT.JSON", type=click.Path(path_type=str))
-@html_option
-@markdown_option
-@out_option
 @width_option
 @quiet_option
-def render(report_json, html_path, md_path, out_dir, width, quiet) -> None:
+def render(report_json, width, quiet, **outputs) -> None:
     """Render a saved report.json again (text, Markdown, HTML, plots) without the traces."""
     from ..render.text import render_text
 
-    on_stdout = one_stdout(markdown=md_path, html=html_path)
+    on_stdout = formats.stdout_format("render", outputs)
     d = _load_report(report_json)
-    check_targets(md_path, html_path, out_dir=out_dir)
-    write_documents(d, md_path, out_dir, html_path)
+    formats.check("render", outputs)
+    formats.write("render", outputs, d, source=report_json)
     if not quiet and not on_stdout:
         echo_text(render_text, d, width)
 

@@ -27,11 +27,6 @@ width_option = click.option("--width", type=click.IntRange(MIN_WIDTH, MAX_WIDTH)
                             help=f"Width of the text report ({MIN_WIDTH} to {MAX_WIDTH}; default: $COLUMNS, else "
                                  f"the terminal's, else {DEFAULT_WIDTH}).")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Do not print the text report.")
-markdown_option = click.option("--markdown", "md_path", metavar="PATH",
-                               help="Write the Markdown report to PATH ('-' for stdout).")
-html_option = click.option("--html", "html_path", metavar="PATH",
-                           help="Write a self-contained HTML report to PATH ('-' for stdout).")
-out_option = click.option("--out", "out_dir", metavar="DIR", help="Write report.json, report.md and the plots into DIR.")
 
 
 def settings_option(help: str):

@@ -125,38 +125,3 @@ def make_out_dir(out_dir: str) -> Path:
     if not out.is_dir():
         raise UsageError(f"{out_dir}: not a folder")
     return out
-
-
-def write_documents(d: dict, md_path: str | None, out_dir: str | None, html_path: str | None) -> None:
-    """The Markdown, --out folder and HTML outputs of a report document (``report`` and ``render`` alike)."""
-    if md_path:
-        from ..render.markdown import render_markdown
-
-        write_text(md_path, render_markdown(d))
-    if out_dir:
-        _write_out_dir(out_dir, d)
-    if html_path:
-        from ..render.html import render_html
-
-        write_text(html_path, render_html(d))
-
-
-def dumps(d: dict) -> str:
-    """The JSON report as indented text (``report.io.dumps``: the format a saved report is read back from)."""
-    from ..report.io import dumps as _dumps
-
-    return _dumps(d)
-
-
-def _write_out_dir(out_dir: str, d: dict) -> None:
-    from ..render.markdown import render_markdown
-
-    out = make_out_dir(out_dir)
-    write_text(str(out / "report.json"), dumps(d))
-    from .._optional import import_optional
-
-    import_optional("matplotlib", "--out (the plots)")
-    from ..render.plots import write_plots
-
-    paths = write_plots(d, None, out, write=write_file)
-    write_text(str(out / "report.md"), render_markdown(d, [p.name for p in paths]))

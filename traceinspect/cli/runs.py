@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from ..errors import UsageError
+from . import formats
 from .options import workers_for
-from .output import STDOUT, check_targets, make_out_dir
-
-
-def _nth(path: str | None, n: int) -> str | None:
-    """report.json -> report.run2.json; a folder (--out) gets a run2/ sub-folder."""
-    if not path:
-        return path
-    p = Path(path)
-    suffix = "".join(p.suffixes[-1:])
-    return str(p.with_name(f"{p.name[: len(p.name) - len(suffix)]}.run{n}{suffix}"))
 
 
 def report_all_runs(ctx: click.Context, command) -> None:
@@ -26,20 +14,13 @@ def report_all_runs(ctx: click.Context, command) -> None:
 
     params = dict(ctx.params)
     params["workers"] = workers_for(params["workers"])  # capped (and said) once, not once per run
-    for key, flag in (("json_path", "--json"), ("md_path", "--markdown"), ("html_path", "--html")):
-        if params.get(key) == STDOUT:
-            raise UsageError(f"--all-runs writes one report per run: give {flag} a file name, not '-'")
+    formats.no_stdout_per_run(command.name, params)
     _, _, runs = plan(params["path"], Config(workers=params["workers"], use_cache=False))  # lists files, reads no events
+    formats.make_folders_per_run(command.name, params)  # the runs' folders go inside --out DIR: made here
     count = runs["count"] if runs else 1
-    if params.get("out_dir"):  # the runs' folders go inside it: made here, as `--out DIR` alone makes DIR
-        check_targets(out_dir=params["out_dir"])
-        make_out_dir(params["out_dir"])
     worst = 0
     for n in range(1, count + 1):
-        one = {**params, "all_runs": False, "run_no": n,
-               "json_path": _nth(params.get("json_path"), n), "md_path": _nth(params.get("md_path"), n),
-               "html_path": _nth(params.get("html_path"), n),
-               "out_dir": str(Path(params["out_dir"]) / f"run{n}") if params.get("out_dir") else None}
+        one = {**params, "all_runs": False, "run_no": n, **formats.per_run(command.name, params, n)}
         if n > 1 and not params.get("quiet"):
             click.echo()
         try:

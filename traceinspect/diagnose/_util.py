@@ -171,3 +171,11 @@ def loader_fix(ev, setup=None) -> str:
     from .fixes import fit_loader_fix  # fitted to the run's setup: cores, pinning, persistent workers
 
     return "\n".join(fit_loader_fix(setup, lines, now))
+
+
+def real_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps a rank's means are taken over: real ProfilerSteps, or the synthetic ones when that is all."""
+    if "synthetic" in df and len(df) and df["synthetic"].astype(bool).any():
+        real = df[~df["synthetic"].astype(bool)]
+        return real if len(real) else df
+    return df

@@ -45,20 +45,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from ._util import real_steps
 from .bounds import col, gpu_room, loader_floor, paced
 from .finding import Finding
 from .severity import grade, thin as thin_evidence
 
 IDLE_POOLS = ("data", "sync", "launch")
 CPU_POOLS = ("data", "comm", "optimizer", "forward", "backward", "other")
-
-
-def real_steps(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps a rank's means are taken over: real ProfilerSteps, or the synthetic ones when that is all."""
-    if "synthetic" in df and len(df) and df["synthetic"].astype(bool).any():
-        real = df[~df["synthetic"].astype(bool)]
-        return real if len(real) else df
-    return df
 
 
 def _pools(ra, s: pd.DataFrame, config, floor: np.ndarray | None) -> dict[str, np.ndarray]:

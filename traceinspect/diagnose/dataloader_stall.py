@@ -37,6 +37,7 @@ import numpy as np
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_evidence, loader_fix, mean, step_ids
 from .takes import Column
+from .units import Share, Us
 
 # The GPU run's fix is made from the rank's recorded settings and loader timing (_util.loader_fix).
 # A CPU-only run has no device to copy to: pinned memory and GPU-side augmentation do not apply.
@@ -49,20 +50,20 @@ UNSET = msgspec.UNSET
 
 
 class RankEvidence(RankHit, kw_only=True):
-    dataloader_us_per_step: float
-    share_of_step: float
-    gpu_idle_during_wait_us_per_step: float | None  # None on a CPU-only rank
+    dataloader_us_per_step: Us
+    share_of_step: Share
+    gpu_idle_during_wait_us_per_step: Us | None  # None on a CPU-only rank
     # _util.loader_evidence: the settings the capture recorded, and its timing of the loader where it timed it
     dataloader_settings: dict | None
-    loader_period_us: float | msgspec.UnsetType = UNSET
+    loader_period_us: Us | msgspec.UnsetType = UNSET
     loader_limited_by: str | msgspec.UnsetType = UNSET
-    workers_us_per_batch: float | None | msgspec.UnsetType = UNSET
-    pin_thread_us_per_batch: float | None | msgspec.UnsetType = UNSET
+    workers_us_per_batch: Us | None | msgspec.UnsetType = UNSET
+    pin_thread_us_per_batch: Us | None | msgspec.UnsetType = UNSET
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
+    threshold_share_warning: Share
 
 
 def fix(ev: Evidence, setup=None) -> str:

@@ -52,14 +52,15 @@ class Report:
 
 
 def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world_size: int | None,
-           config: Config = DEFAULT, runs: dict | None = None) -> Report:
-    """The cross-rank stage and the rules, on per-rank summaries only (``runs``: what the loader found)."""
+           config: Config = DEFAULT, runs: dict | None = None, make: type[Report] = Report) -> Report:
+    """The cross-rank stage and the rules, on per-rank summaries only (``runs``: what the loader found), into a
+    ``make`` (``Report`` or a subclass: the run's adds the document)."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     skipped = list(skipped)
     ranks, world_size = _drop_other_runs(ranks, skipped, world_size)
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
-    report = Report(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
+    report = make(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
                     missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs,
                     strategy=run_strategy(ranks))
     if len(ranks) > 1:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SEVERITIES = ("info", "warning", "critical")
+from ..severities import SEVERITIES, severity_rank
 
-
-def severity_rank(s: str) -> int:
-    return SEVERITIES.index(s)
+__all__ = ["SEVERITIES", "severity_rank", "Finding"]
 
 
 @dataclass(frozen=True)

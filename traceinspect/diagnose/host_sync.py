@@ -44,6 +44,7 @@ from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import mean, pageable_mask, quoted, shown, step_ids
 from .bounds import per_step
 from .takes import Column
+from .units import Count, Share, Us
 
 FIX = (
     "running_loss += loss.detach()               # instead of loss.item() every step\n"
@@ -75,18 +76,18 @@ class TopCall(msgspec.Struct, kw_only=True):
     call: str  # the blocking runtime call
     op: str  # the CPU op around it, as the trace names it
     pageable_copy: bool
-    count_per_step: float
-    us_per_step: float
+    count_per_step: Count
+    us_per_step: Us
 
 
 class RankEvidence(RankHit, kw_only=True):
-    blocked_us_per_step: float
-    blocking_calls_per_step: float
-    item_calls_per_step: float
-    share_of_step: float
-    pageable_copy_us_per_step: float
-    ddp_runtime_stats_us_per_step: float
-    gpu_idle_while_blocked_us_per_step: float | None
+    blocked_us_per_step: Us
+    blocking_calls_per_step: Count
+    item_calls_per_step: Count
+    share_of_step: Share
+    pageable_copy_us_per_step: Us
+    ddp_runtime_stats_us_per_step: Us
+    gpu_idle_while_blocked_us_per_step: Us | None
     top_calls: list[TopCall]
 
 
@@ -95,7 +96,7 @@ class Evidence(msgspec.Struct, kw_only=True):
     blocked_by: str  # "pageable" | "ddp_stats" | "other"
     owned_by: str | msgspec.UnsetType = msgspec.UNSET  # the finding that reports the blocked time (pageable copies)
     ddp_runtime_stats: bool | msgspec.UnsetType = msgspec.UNSET
-    threshold_share_warning: float
+    threshold_share_warning: Share
 
 
 def fix(ev: Evidence, setup=None) -> str:

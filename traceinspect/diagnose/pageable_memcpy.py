@@ -30,6 +30,8 @@ For device-to-host results, copy into a pinned buffer (``torch.empty(..., pin_me
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
@@ -37,6 +39,7 @@ from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import gbps, mean, pageable_mask, step_ids
 from .bounds import col, per_step
 from .takes import Custom
+from .units import BYTES, Bytes, Count, GBps, Share, Us
 
 FIX = (
     "loader = DataLoader(dataset, ..., pin_memory=True)\n"
@@ -46,22 +49,22 @@ FIX = (
 
 
 class RankEvidence(RankHit, kw_only=True):
-    pageable_h2d_bytes_per_step: float
-    pageable_d2h_bytes_per_step: float
-    pageable_copies_per_step: float
-    pageable_copy_us_per_step: float
-    cpu_blocked_us_per_step: float  # CPU time in the copies' launch calls
-    share_of_step: float
-    pageable_h2d_gbps: float | None
-    pageable_d2h_gbps: float | None
-    pinned_h2d_gbps: float | None  # the pinned copies of the same trace, for comparison
-    issuing_ops_bytes: dict[str, int]  # the CPU ops that issued the most pageable bytes (3 at most)
+    pageable_h2d_bytes_per_step: Bytes
+    pageable_d2h_bytes_per_step: Bytes
+    pageable_copies_per_step: Count
+    pageable_copy_us_per_step: Us
+    cpu_blocked_us_per_step: Us  # CPU time in the copies' launch calls
+    share_of_step: Share
+    pageable_h2d_gbps: GBps | None
+    pageable_d2h_gbps: GBps | None
+    pinned_h2d_gbps: GBps | None  # the pinned copies of the same trace, for comparison
+    issuing_ops_bytes: dict[str, Annotated[int, BYTES]]  # the CPU ops that issued the most pageable bytes (3 at most)
     dataloader_pin_memory: bool | None  # the DataLoader's pin_memory, where the capture recorded it
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_bytes_per_step: int
+    threshold_bytes_per_step: Annotated[int, BYTES]
 
 
 def _rank(ra, config, report):

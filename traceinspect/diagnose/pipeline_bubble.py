@@ -41,7 +41,7 @@ import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, RankHit, Rule, finding
-from .accounting import real_steps
+from ._util import real_steps
 from .takes import Estimate
 
 

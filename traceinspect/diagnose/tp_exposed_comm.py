@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
-from .accounting import real_steps
+from ._util import real_steps
 from .takes import Estimate
 
 

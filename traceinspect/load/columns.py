@@ -57,10 +57,7 @@ def _as_str(v) -> str | None:
 
 def _kind_of(cat) -> int:
     k = _CAT.get(cat) if isinstance(cat, str) else -1
-    if k is None:
-        k = _CAT.get(cat.lower(), -1)
-        _CAT[cat] = k  # remember this spelling; there are only a handful per trace
-    return k
+    return _CAT.get(cat.lower(), -1) if k is None else k  # another spelling (``_CatLookup`` remembers it)
 
 
 class _CatLookup(dict):

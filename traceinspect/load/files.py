@@ -11,21 +11,22 @@ import os
 from concurrent.futures import Executor, Future
 
 from ..errors import TraceFileError
-from . import prefetch
 from .limits import DEFAULT_LIMITS, FinalFileError, Limits
 from .decode import (decode_meta, decode_piece, decode_range, decode_whole, plan_ranges,
                      read_pieces)
+from .prefetch import Taken
 from .spill import ColumnSink
 from .services import IN_PROCESS, FileResult, ProgressFn, Workers
 
 
 def decode_file(path: str, *, pool: Executor | None = None, workers: int = 1, progress: ProgressFn | None = None,
-                limits: Limits = DEFAULT_LIMITS) -> FileResult:
+                limits: Limits = DEFAULT_LIMITS, taken: Taken | None = None) -> FileResult:
     """Decode one file into columns: cut into pieces at Kineto's event boundaries (decoded in ``pool`` of
-    ``workers`` processes when given), or, when the file is laid out otherwise (any other valid JSON), decoded
-    whole, with the same result."""
+    ``workers`` processes when given; ``taken``: its first pieces, started already on their own pool,
+    ``load/prefetch.py``), or, when the file is laid out otherwise (any other valid JSON), decoded whole, with the
+    same result."""
     try:
-        return _decode_cut(path, pool, progress, workers, limits)
+        return _decode_cut(path, pool, progress, workers, limits, taken)
     except FinalFileError:  # past a limit (load/limits.py): reading it whole would not get further
         raise
     except (TraceFileError, ValueError, TypeError) as first:
@@ -37,11 +38,12 @@ def decode_file(path: str, *, pool: Executor | None = None, workers: int = 1, pr
 
 
 def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, workers: int,
-                limits: Limits) -> FileResult:
-    started = prefetch.take(path)
-    if started is not None:  # its pieces are being decoded already (load/prefetch.py)
-        plan, futures, pool, workers = started
-        return _decode_planned(path, plan, pool, progress, futures, limits, workers)
+                limits: Limits, taken: Taken | None = None) -> FileResult:
+    if taken is not None:  # its pieces are being decoded already (load/prefetch.py)
+        try:
+            return _decode_planned(path, taken.plan, taken.pool, progress, taken.futures, limits, taken.count)
+        finally:
+            taken.done()
     plan = plan_ranges(path, limits=limits)
     if plan is not None:
         return _decode_planned(path, plan, pool, progress, limits=limits, workers=workers)
@@ -103,7 +105,6 @@ def _decode_planned(path: str, plan: dict, pool: Executor | None, progress: Prog
             if f is not None:
                 f.cancel()
         sink.close()
-        prefetch.finished()
     meta = decode_meta(plan["header"], plan["trailer"], path)
     return FileResult(path=path, meta=meta, columns=columns, nbytes=plan["bytes"])
 
@@ -128,7 +129,8 @@ def _decode_file_task(path: str, **how) -> FileResult | TraceFileError:
 
 def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: ProgressFn | None = None,
                  limits: Limits = DEFAULT_LIMITS) -> list:
-    """Decode many files, in parallel on ``workers``; a FileResult or TraceFileError per path (in input order)."""
+    """Decode many files, in parallel on ``workers``; a FileResult or TraceFileError per path (in input order). A
+    file whose pieces ``workers.started`` holds (``load/prefetch.py``) is collected from there."""
     n = workers.count
     if not paths:
         return []
@@ -146,6 +148,8 @@ def decode_files(paths: list[str], workers: Workers = IN_PROCESS, progress: Prog
                     progress(paths[i], sizes[i], 0)
         else:
             # Few, possibly big files: cut each into pieces and decode the pieces in parallel.
+            started = getattr(workers, "started", None)
             for i, p in enumerate(paths):
-                out[i] = _decode_file_task(p, pool=pool, workers=n, progress=progress, limits=limits)
+                taken = started.take(p) if started is not None else None
+                out[i] = _decode_file_task(p, pool=pool, workers=n, progress=progress, limits=limits, taken=taken)
     return out

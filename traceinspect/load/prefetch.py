@@ -2,10 +2,11 @@
 
 Importing pandas and the analyses takes about half a second, and a report of one big trace decodes it in worker
 processes that used to start only after that import. ``started(path, config, workers, cache)`` starts the workers
-(handed in, ``load/services.py``) first, hands them
-the pieces of the files the report will cut into pieces, and the import runs meanwhile; ``decode_file`` then
-collects the pieces it finds started (``take``) instead of submitting them again. The columns are the same either
-way: the same ``decode_range`` on the same byte ranges.
+(handed in, ``load/services.py``) first, hands them the pieces of the files the report will cut into pieces, and
+yields what it started (a ``Started``, or None) while the import runs. The runner hands that on with its workers
+(``Workers.started``); ``decode_files`` collects the pieces it finds started there (``Started.take``) instead of
+submitting them again. The columns are the same either way: the same ``decode_range`` on the same byte ranges.
+Nothing is kept in this module: what was started lives in the ``Started`` the caller holds.
 
 Only where the work is certain to be wanted: the local executor with several workers, one trace file (which the
 report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module
@@ -16,54 +17,84 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from .services import ColumnCache, Workers
 
-_STARTED: dict[str, tuple[tuple[int, int], dict, list]] = {}  # real path -> ((size, mtime), plan, futures)
-_POOL: list = []  # [(the workers, the pid of the process that started them, their count)] while they run
+
+@dataclass
+class Taken:
+    """One file's started pieces, taken by the decoder: its plan, the futures of its first ranges, and the pool
+    they run on (of ``count`` workers), where the decoder submits the rest."""
+
+    plan: dict
+    futures: list
+    pool: Any
+    count: int
+    started: Started
+
+    def done(self) -> None:
+        """The file is decoded: once every started file is, the workers stop (``Started.finished``)."""
+        self.started.finished()
+
+
+@dataclass
+class Started:
+    """The pieces started before the analysis stack was imported: real path -> ((size, mtime), plan, futures), on
+    ``pool`` (``count`` workers) of the process ``pid``."""
+
+    pool: Any
+    count: int
+    pid: int = field(default_factory=os.getpid)
+    files: dict[str, tuple[tuple[int, int] | None, dict, list]] = field(default_factory=dict)
+    stopped: bool = False
+
+    def take(self, path: str) -> Taken | None:
+        """``path``'s started pieces when it was started and is unchanged since; else None (the rest of its pieces
+        are for the caller to submit, ``files._decode_planned``)."""
+        if self.stopped or self.pid != os.getpid():  # a forked child: the futures are the parent's
+            return None
+        entry = self.files.pop(os.path.realpath(path), None)
+        if entry is None:
+            return None
+        stamp, plan, futures = entry
+        if _stamp(path) != stamp:
+            for f in futures:
+                f.cancel()
+            self.finished()
+            return None
+        return Taken(plan, futures, self.pool, self.count, self)
+
+    def finished(self) -> None:
+        """Once every started file is taken and its pieces collected: the workers are stopped (the analysis may
+        fork workers of its own, better without these)."""
+        if not self.files and not self.stopped and self.pid == os.getpid():
+            self.stopped = True
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        for _, _, futures in self.files.values():
+            for f in futures:
+                f.cancel()
+        self.files.clear()
+        self.finished()
 
 
 @contextmanager
-def started(path, config, workers: Workers | None = None, cache: ColumnCache | None = None) -> Iterator[None]:
+def started(path, config, workers: Workers | None = None, cache: ColumnCache | None = None
+            ) -> Iterator[Started | None]:
     """Within the block, the files ``path``'s report will decode in pieces are being decoded on ``workers`` (none
-    handed in: nothing starts); a file with columns in ``cache`` is read from there instead, so never started."""
-    if workers is not None and _start(path, config, workers, cache):
-        try:
-            yield
-        finally:
-            for _, _, futures in _STARTED.values():
-                for f in futures:
-                    f.cancel()
-            _STARTED.clear()
-            finished()
-    else:
-        yield
-
-
-def finished() -> None:
-    """Once every started file is taken and its pieces collected: the workers are stopped (the analysis may fork
-    workers of its own, better without these)."""
-    if _POOL and not _STARTED and _POOL[0][1] == os.getpid():
-        _POOL.pop()[0].shutdown(wait=True, cancel_futures=True)
-
-
-def take(path: str) -> tuple[dict, list, Any, int] | None:
-    """(plan, futures, the workers' pool, their count) of ``path`` when its first pieces were started and the file
-    is unchanged since; else None. The rest of its pieces are for the caller to submit (``files._decode_planned``)."""
-    if not _POOL or _POOL[0][1] != os.getpid():  # none started, or a forked child: the futures are the parent's
-        return None
-    entry = _STARTED.pop(os.path.realpath(path), None)
-    if entry is None:
-        return None
-    stamp, plan, futures = entry
-    if _stamp(path) != stamp:
-        for f in futures:
-            f.cancel()
-        return None
-    return plan, futures, _POOL[0][0], _POOL[0][2]
+    handed in: nothing starts); a file with columns in ``cache`` is read from there instead, so never started.
+    Yields what was started (None: nothing), for the caller to hand on with its workers."""
+    pre = _start(path, config, workers, cache) if workers is not None else None
+    try:
+        yield pre
+    finally:
+        if pre is not None:
+            pre.close()
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
@@ -74,15 +105,15 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _start(path, config, workers: Workers, cache: ColumnCache | None) -> bool:
-    """Start the workers and submit the pieces; False where nothing is certain to be wanted (or anything fails:
+def _start(path, config, workers: Workers, cache: ColumnCache | None) -> Started | None:
+    """Start the workers and submit the pieces; None where nothing is certain to be wanted (or anything fails:
     the report then decodes as it would have, and says what went wrong itself)."""
-    if config.executor != "local" or config.scheduler or _POOL:
-        return False
+    if config.executor != "local" or config.scheduler or getattr(workers, "started", None) is not None:
+        return None
     try:
         n = workers.count
         if n < 2 or not workers.can_fork():
-            return False
+            return None
         from .decode import decode_range, plan_ranges
         from .discover import find_trace_files
         from .limits import Limits
@@ -91,18 +122,16 @@ def _start(path, config, workers: Workers, cache: ColumnCache | None) -> bool:
         # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
         # every rank's columns would wait in memory while the first is analysed).
         if len(files) != 1 or (cache is not None and any(cache.has(Path(f)) for f in files)):
-            return False
+            return None
         plans = {f: plan_ranges(f) for f in files}
     except Exception:  # noqa: BLE001 - no usable files, a missing module...: the report finds out and says so
-        return False
+        return None
     plans = {f: p for f, p in plans.items() if p is not None}
     if not plans:
-        return False
-    pool = workers.pool(n)
-    _POOL.append((pool, os.getpid(), n))
+        return None
+    pre = Started(pool=workers.pool(n), count=n)
     first = Limits.of(config).inflight(n)  # the bound on pieces in flight holds from the first (load/limits.py)
     for f, plan in plans.items():
-        futures = [pool.submit(decode_range, f, a, b) for a, b in plan["ranges"][:first]]
-        _STARTED[os.path.realpath(f)] = (_stamp(f), plan, futures)
-    return True
-
+        futures = [pre.pool.submit(decode_range, f, a, b) for a, b in plan["ranges"][:first]]
+        pre.files[os.path.realpath(f)] = (_stamp(f), plan, futures)
+    return pre

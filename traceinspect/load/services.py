@@ -28,9 +28,10 @@ class FileResult:
 class Workers(Protocol):
     """Where a stage runs in parallel: ``count`` processes at most; ``pool(n)`` starts an executor of ``n`` (a
     context manager that stops them); ``can_fork()``: workers may start here by forking this process (they see
-    its memory, copy-on-write)."""
+    its memory, copy-on-write); ``started``: pieces of files already decoding (``load/prefetch.py``), or None."""
 
     count: int
+    started: object | None  # load.prefetch.Started
 
     def pool(self, n: int) -> Executor: ...
 
@@ -51,6 +52,7 @@ class InProcess:
     """No worker processes: everything runs in this process, one thing at a time."""
 
     count = 1
+    started = None
 
     def pool(self, n: int) -> Executor:
         raise RuntimeError("no worker processes were handed in")

@@ -2,8 +2,10 @@
 
 The report keeps raw units (microseconds, bytes, shares 0..1); these functions turn them into text: milliseconds,
 MB (10^6 bytes), MiB where DDP means 2^20, GB/s, percentages and counts with their noun. ``None`` (unknown) is
-always ``-``. No scientific notation, no raw floats: ``value(key, v)`` picks the unit from the evidence key's name
-(``*_us*`` -> ms, ``*_bytes*`` -> MB, ``*share*`` -> %, ``*_gbps`` -> GB/s, ``*_mb`` -> MiB).
+always ``-``. No scientific notation, no raw floats. An evidence value is formatted by the unit its rule declares
+for the field (``units_of(finding)``: ``render/evidence_units.py``, generated from the rules' evidence records);
+a key no rule declares (an older report's, a record without units yet) falls back to its name (``*_us*`` -> ms,
+``*_bytes*`` -> MB, ``*share*`` -> %, ``*_gbps`` -> GB/s, ``*_mb`` -> MiB).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 
 from . import safe
+from .evidence_units import EVIDENCE_UNITS
 
 DASH = "-"
 
@@ -163,6 +166,15 @@ def label(key: str) -> str:
     return " ".join(_TOKENS.get(w.lower(), w) for w in words)
 
 
+#: A declared raw unit (diagnose/units.py) -> the unit it is shown in; "" a plain number.
+SHOWN_AS = {"us": "ms", "bytes": "MB", "share": "%", "gbps": "GB/s", "mib": "MiB", "count": ""}
+
+
+def units_of(finding: dict) -> dict[str, str]:
+    """Evidence key -> the unit it is shown in, as the finding's rule declares it (``render/evidence_units.py``)."""
+    return {k: SHOWN_AS[u] for k, u in EVIDENCE_UNITS.get(finding.get("id"), {}).items()}
+
+
 def with_unit(unit: str | None, v) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -171,34 +183,40 @@ def with_unit(unit: str | None, v) -> str:
     return {"ms": ms, "MB": mb, "MiB": mib, "GB/s": gbps, "%": pct}.get(unit, number)(v)
 
 
-def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6) -> str:
-    """One evidence value as text: numbers with their unit, dicts as ``name value, ...``, lists joined (the first
-    ``items`` entries of a list of records, then how many more); names shortened and the whole at most
-    ``safe.VALUE_WIDTH`` characters (``safe.words``)."""
-    text = _value(key, v, unit, depth, items)
+def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6,
+          units: dict[str, str] | None = None) -> str:
+    """One evidence value as text: numbers with their unit (``units``: key -> unit, as ``units_of`` gives; else
+    ``unit``; else the key's name), dicts as ``name value, ...``, lists joined (the first ``items`` entries of a
+    list of records, then how many more); names shortened and the whole at most ``safe.VALUE_WIDTH`` characters
+    (``safe.words``)."""
+    text = _value(key, v, unit, depth, items, units or {})
     return safe.clip(text, safe.VALUE_WIDTH) if depth else safe.words(text, safe.VALUE_WIDTH)
 
 
-def _value(key: str, v, unit: str | None, depth: int, items: int) -> str:
-    unit = unit or unit_of(str(key))
+def _value(key: str, v, unit: str | None, depth: int, items: int, units: dict[str, str]) -> str:
+    if key in units and depth == 0:
+        unit = units[key]
+    unit = unit if unit is not None else unit_of(str(key))
     if isinstance(v, dict):
         if depth >= 2:
             return f"{len(v)} entries"
-        return ", ".join(f"{label(k)} {value(k, x, unit_of(str(k)) or unit, depth + 1)}" for k, x in v.items())
+        return ", ".join(f"{label(k)} {value(k, x, units[k] if k in units else unit_of(str(k)) or unit, depth + 1, units=units)}"
+                         for k, x in v.items())
     if isinstance(v, (list, tuple)):
         if all(isinstance(x, int) and not isinstance(x, bool) for x in v) and str(key) in ("steps", "ranks"):
             return ranges(v)
         if all(not isinstance(x, (dict, list)) for x in v):
-            return ", ".join(value(key, x, unit, depth + 1) for x in v) or DASH
+            return ", ".join(value(key, x, unit, depth + 1, units=units) for x in v) or DASH
         more = f"; and {len(v) - items} more" if len(v) > items else ""
-        return "; ".join(value(key, x, unit, depth + 1) for x in v[:items]) + more
+        return "; ".join(value(key, x, unit, depth + 1, units=units) for x in v[:items]) + more
     if isinstance(v, str):
         return safe.words(v, safe.VALUE_WIDTH)
     return with_unit(unit, v)
 
 
-def evidence_items(ev: dict, rank=None, items: int = 6) -> list[tuple[str, str]]:
-    """(label, value text) pairs of a finding's evidence, for one rank (the given one, else the first listed)."""
+def evidence_items(ev: dict, rank=None, items: int = 6, units: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(label, value text) pairs of a finding's evidence, for one rank (the given one, else the first listed), each
+    in its declared unit (``units``: ``units_of(finding)``)."""
     per_rank = ev.get("per_rank") if isinstance(ev, dict) else None
     src = ev
     if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
@@ -206,4 +224,4 @@ def evidence_items(ev: dict, rank=None, items: int = 6) -> list[tuple[str, str]]
     n = items
     pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
     skip = ("per_rank", "steps", "rank")
-    return [(label(k), value(k, v, items=n)) for k, v in pairs if k not in skip and v is not None]
+    return [(label(k), value(k, v, items=n, units=units)) for k, v in pairs if k not in skip and v is not None]

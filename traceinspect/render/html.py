@@ -159,8 +159,8 @@ def _template():
     return env.get_template("report.html.j2")
 
 
-def render_html(d: dict, rep=None) -> str:
-    """The page; ``rep`` is accepted for callers written before the document carried everything, and not used."""
+def render_html(d: dict) -> str:
+    """The page, from the document alone."""
     n = d.get("ranks_analyzed", len(d.get("ranks", [])))
     world = d.get("world_size")
     findings = d.get("findings") or []

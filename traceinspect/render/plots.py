@@ -148,9 +148,8 @@ def step_breakdown_figure(d: dict) -> Figure | None:
 # 2. One step's GPU timeline
 
 
-def timeline_figure(d: dict, rep=None, rank: int | None = None) -> Figure | None:
-    """One step's GPU activity at true scale (``timeline_plot``); None when no rank has a timeline. ``rep`` is
-    accepted for callers written before the document carried the timeline, and not used."""
+def timeline_figure(d: dict, rank: int | None = None) -> Figure | None:
+    """One step's GPU activity at true scale (``timeline_plot``); None when no rank has a timeline."""
     return timeline_plot.figure(d, rank, _new_figure)
 
 
@@ -193,7 +192,7 @@ def _fmt_bytes(b: float, _pos=None) -> str:
     return f"{b:.0f} B"
 
 
-def message_sizes_figure(d: dict, rep=None, rank: int | None = None) -> Figure | None:
+def message_sizes_figure(d: dict, rank: int | None = None) -> Figure | None:
     """Every collective of one rank (rank 0 when present) on a log byte axis, one row per collective, against the
     DDP bucket cap. Gradient all-reduces (backward) are filled, the rest hollow. None when no sizes are known."""
     rk, colls = _collectives(d, rank)
@@ -367,9 +366,9 @@ def tradeoff_figure(d: dict) -> Figure | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def figures(d: dict, rep=None) -> dict[str, Figure]:
+def figures(d: dict) -> dict[str, Figure]:
     """Every plot the report supports, by file stem, in reading order; plots with nothing to show are left out.
-    Drawn from the document alone (``rep`` is accepted for older callers and not used)."""
+    Drawn from the document alone."""
     out: dict[str, Figure] = {}
     for name, make in (
         ("waterfall", lambda: waterfall_figure(d)),
@@ -391,7 +390,7 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def write_plots(d: dict, rep=None, out_dir=None, write=None) -> list[Path]:
+def write_plots(d: dict, out_dir, write=None) -> list[Path]:
     """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order). ``write(path,
     data)`` writes one file (default ``Path.write_bytes``; the CLI passes its atomic ``output.write_file``)."""
     out = Path(out_dir)

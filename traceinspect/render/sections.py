@@ -252,9 +252,7 @@ def stake(f: dict) -> str:
         parts.append(f"{fmt.ms(explained)} claimed by {', '.join(str(e.get('id')) for e in ex)}")
     rest = est - at - after - cut - explained
     if rest >= max(0.05 * est, 5.0):
-        owner = f.get("owned_by")
-        parts.append(f"{fmt.ms(rest)} " + (f"claimed by {owner}" if isinstance(owner, str) and owner else
-                                          "claimed by other findings or beyond what its fix removes"))
+        parts.append(f"{fmt.ms(rest)} claimed by other findings or beyond what its fix removes")
     if parts:
         out += f"; of the {fmt.ms(est)} it measures: " + ", ".join(parts)
     return out
@@ -296,15 +294,16 @@ def evidence_rows(f: dict) -> tuple[list[str], list[tuple[str, list[str]]], int,
     """A finding's evidence as labelled values: (rank columns, [(label, [value per rank])], ranks left out,
     [(label, value)] of the evidence that is not per rank). Steps are in the finding's meta line."""
     ev = f.get("evidence") or {}
+    units = fmt.units_of(f)  # the units the finding's rule declares for its evidence fields
     per_rank = ev.get("per_rank")
     cols, rows, left = [], [], 0
     if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
         shown = per_rank[:8]
         keys = [k for k in dict.fromkeys(k for x in shown for k in x) if k not in ("rank", "steps")]
         cols = [f"rank {x.get('rank', '?')}" for x in shown]
-        rows = [(fmt.label(k), [fmt.value(k, x.get(k)) for x in shown]) for k in keys]
+        rows = [(fmt.label(k), [fmt.value(k, x.get(k), units=units) for x in shown]) for k in keys]
         left = len(per_rank) - len(shown)
-    rest = [(fmt.label(k), fmt.value(k, v)) for k, v in ev.items()
+    rest = [(fmt.label(k), fmt.value(k, v, units=units)) for k, v in ev.items()
             if k not in ("steps", "rank") and v is not None and not (k == "per_rank" and cols)]
     return cols, rows, left, rest
 
@@ -315,7 +314,7 @@ def evidence_lines(f: dict, rank=None, limit: int | None = None, width: int | No
     most ``limit`` lines of at most ``width`` characters (the JSON report has all of it)."""
     ev = f.get("evidence") or {}
     per_rank = ev.get("per_rank")
-    lines = [f"{k}: {v}" for k, v in fmt.evidence_items(ev, rank, items=items)]
+    lines = [f"{k}: {v}" for k, v in fmt.evidence_items(ev, rank, items=items, units=fmt.units_of(f))]
     if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
         shown = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])  # as evidence_items picks
         lines.insert(0, f"rank: {shown.get('rank', '?')}")  # whose evidence this is (the rank the title names)

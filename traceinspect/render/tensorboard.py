@@ -123,3 +123,8 @@ def write_tensorboard(d: dict, logdir) -> str:
         raise UsageError(f"cannot write TensorBoard summaries under {root}: {exc.strerror or exc} "
                          "(choose a writable folder with --tensorboard DIR)") from None
     return str(root)
+
+
+def write_tensorboard_folder(d: dict, logdir, write=None) -> str:
+    """The ``--tensorboard`` output (``render/formats.py``): ``write_tensorboard``, and the line that says where."""
+    return f"TensorBoard summaries written to {write_tensorboard(d, logdir)}"

@@ -13,6 +13,7 @@ from dataclasses import asdict, fields
 
 import numpy as np
 import pandas as pd
+import msgspec
 from msgspec import UNSET
 
 from ..config import DEFAULT
@@ -22,7 +23,10 @@ from ..load.unmodelled import IMPOSSIBLE
 from .columns import STEP_COLUMNS
 from .values import clean
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
-                  LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc, SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
+                  LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc,
+                  SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
+from .doc_records import (CaptureMetadataDoc, CollectiveDoc, CommKindDoc, CrossRankDoc, JsonObject, MatmulKernelDoc,
+                          RunsDoc, StrategyDoc, UtilizationSummaryDoc, UtilizationWindowDoc, VerdictDoc)
 from .throughput import (cost_fields, finding_cost, job_throughput_doc, samples_per_step, throughput_doc,
                          tradeoff_fields)
 
@@ -91,6 +95,12 @@ def _records(table: pd.DataFrame | None) -> list[dict]:
     return [clean(x) for x in table.to_dict("records")] if table is not None else []
 
 
+def typed(value, kind):
+    """A JSON-shaped value the analyses made (cleaned: ``values.clean``) as its record type (``doc_records.py``);
+    None stays None."""
+    return None if value is None else msgspec.convert(clean(value), kind)
+
+
 def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
     acc = acc or {}
     step_claims = acc.get("step_claims") or {}
@@ -99,11 +109,11 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
     if colls is not None and len(colls):
         by_step = {}
         for rec in colls.to_dict("records"):
-            by_step.setdefault(int(rec.get("step", -1)), []).append(clean(rec))
+            by_step.setdefault(int(rec.get("step", -1)), []).append(typed(rec, CollectiveDoc))
     kinds = ra.tables.get("comm_by_kind")
     by_kind: dict = {}
     for rec in kinds.to_dict("records") if kinds is not None else ():
-        by_kind.setdefault(int(rec["step"]), []).append(clean({k: v for k, v in rec.items() if k != "step"}))
+        by_kind.setdefault(int(rec["step"]), []).append(typed({k: v for k, v in rec.items() if k != "step"}, CommKindDoc))
     steps = []
     for row in ra.steps.to_dict("records"):
         kw = step_fields(row, ra.basis)
@@ -124,13 +134,14 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
         compute_capability=list(ra.compute_capability) if ra.compute_capability else None,
         basis=ra.basis,
         events=ra.event_count,
-        metadata=clean(ra.metadata or {}),
+        metadata=typed(ra.metadata or {}, CaptureMetadataDoc),
         summary=rank_summary(steps),
         utilization=UtilizationDoc(
-            summary=clean(util_summary.to_dict("records")[0]) if util_summary is not None and len(util_summary) else None,
-            windows=_records(util),
+            summary=typed(util_summary.to_dict("records")[0], UtilizationSummaryDoc)
+            if util_summary is not None and len(util_summary) else None,
+            windows=typed(_records(util), list[UtilizationWindowDoc]),
         ),
-        matmul_kernels=_records(matmul.sort_values("total_us", ascending=False).head(10))
+        matmul_kernels=typed(_records(matmul.sort_values("total_us", ascending=False).head(10)), list[MatmulKernelDoc])
         if matmul is not None and len(matmul) else [],
         errors=list(ra.errors),
         # The accounting (docs/findings.md): mean step, the step if every finding were fixed, disjoint claims.
@@ -193,7 +204,7 @@ def finding_doc(f, samples: dict | None = None, config=DEFAULT) -> FindingDoc:
         if k in extra:
             extra[k] = make(extra[k])
     return FindingDoc(id=f.id, severity=f.severity, title=f.title, ranks=clean(list(f.ranks)),
-                      steps=clean(list(f.steps)), evidence=clean(f.evidence), fix=f.fix,
+                      steps=clean(list(f.steps)), evidence=typed(f.evidence, JsonObject), fix=f.fix,
                       time_at_stake_us=clean(f.time_at_stake_us), docs=f.docs or f"traceinspect explain {f.id}",
                       **extra)
 
@@ -208,14 +219,14 @@ def build_doc(report) -> ReportDoc:
         world_size=report.world_size,
         ranks_analyzed=len(report.ranks),
         ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank), report.config) for r in report.ranks],
-        verdict=clean(acc.get("verdict")),
+        verdict=typed(acc.get("verdict"), VerdictDoc),
         findings=[finding_doc(f, samples, report.config) for f in report.findings],
         skipped=[SkippedDoc(file=s.file, reason=s.reason) for s in report.skipped],
         missing_ranks=list(report.missing_ranks),
-        cross_rank=clean(report.cross_rank or {}),
+        cross_rank=typed(report.cross_rank or {}, CrossRankDoc),
         errors=list(report.errors),
-        runs=clean(report.runs),  # runs, ranks, windows found (docs/folders.md)
-        strategy=clean(strategy_doc(report)),  # analyze/strategy.py over the rank analyses
+        runs=typed(report.runs, RunsDoc),  # runs, ranks, windows found (docs/folders.md)
+        strategy=typed(strategy_doc(report), StrategyDoc),  # analyze/strategy.py over the rank analyses
         throughput=job_throughput_doc(report),  # analyze/throughput.py over the rank analyses
     )
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from ..analyze.categories import GPU_BREAKDOWN
-from ..diagnose.finding import SEVERITIES
+from ..severities import SEVERITIES
 
 DIFF_SCHEMA = "traceinspect.diff/1"
 SE_FACTOR = 2.0

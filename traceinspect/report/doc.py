@@ -14,13 +14,15 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from ..diagnose.finding import SEVERITIES
+from ..severities import SEVERITIES
 from .columns import STEP_COLUMNS
+from .doc_records import (CaptureMetadataDoc, CollectiveDoc, CommKindDoc, CrossRankDoc, JsonObject, MatmulKernelDoc,
+                          RunsDoc, StrategyDoc, UtilizationSummaryDoc, UtilizationWindowDoc, VerdictDoc)
 
 SCHEMA = "traceinspect.report/1"
 
@@ -73,9 +75,9 @@ def _step_doc() -> type:
     optional = [(c.name, Annotated[_TYPES[c.type] | UnsetType, Meta(description=f"{c.meaning} [{c.unit}]")], UNSET)
                 for c in STEP_COLUMNS]
     extra = [
-        ("collectives", list[dict[str, Any]] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
+        ("collectives", list[CollectiveDoc] | UnsetType, UNSET),  # the step's collectives (docs/communication.md)
         # per collective kind and process group: count, bytes, time (docs/communication.md)
-        ("comm_by_kind", list[dict[str, Any]] | UnsetType, UNSET),
+        ("comm_by_kind", list[CommKindDoc] | UnsetType, UNSET),
         # time of this step each finding claims (docs/findings.md); the rank's claims are their means
         ("claims", list[ClaimDoc] | UnsetType, UNSET),
     ]
@@ -104,8 +106,8 @@ class SummaryDoc(Struct, omit_defaults=True, kw_only=True):
 class UtilizationDoc(Struct, kw_only=True):
     """The nvidia-smi view (docs/utilization.md): a summary (null without GPU) and one row per window."""
 
-    summary: dict[str, Any] | None
-    windows: list[dict[str, Any]]
+    summary: UtilizationSummaryDoc | None
+    windows: list[UtilizationWindowDoc]
 
 
 class PartialStepDoc(Struct, kw_only=True):
@@ -396,10 +398,10 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     compute_capability: list[int] | None
     basis: Literal["gpu", "cpu"]
     events: int
-    metadata: dict[str, Any]
+    metadata: CaptureMetadataDoc
     summary: SummaryDoc
     utilization: UtilizationDoc
-    matmul_kernels: list[dict[str, Any]]
+    matmul_kernels: list[MatmulKernelDoc]
     errors: list[str]
     steps: list[StepDoc]  # type: ignore[valid-type]
     partial_steps: list[PartialStepDoc] | UnsetType = UNSET
@@ -408,7 +410,7 @@ class RankDoc(Struct, omit_defaults=True, kw_only=True):
     projected_step_us: Num | UnsetType = UNSET
     claims: list[ClaimDoc] | UnsetType = UNSET
     timeline: TimelineDoc | None | UnsetType = UNSET  # null without GPU events
-    collectives: Any | UnsetType = UNSET  # never written (the steps carry their collectives); kept for old readers
+    collectives: list[CollectiveDoc] | UnsetType = UNSET  # never written (the steps carry them); for old readers
     setup: SetupDoc | None | UnsetType = UNSET  # what the run is (docs/setup.md); null: it could not be read
     # Events of a category no analysis models (another device's, a newer activity type): category -> count. Absent
     # when there are none (docs/metrics.md, "Events not modelled").
@@ -435,14 +437,16 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     title: str
     ranks: list[int]
     steps: list[int]
-    evidence: dict[str, Any]
+    evidence: JsonObject  # the rule's evidence record (diagnose/<rule>.py), its fields as JSON values
     fix: str
     time_at_stake_us: Num
     docs: str
     share_of_step: Num | UnsetType = UNSET
     severity_reason: str | None | UnsetType = UNSET
     thin_evidence: str | None | UnsetType = UNSET  # why the evidence is too thin for a higher severity
-    owned_by: str | None | UnsetType = UNSET  # the finding id whose fix removes this one's time
+    # Deprecated, never written: kept in the schema for readers of older reports (field names are a contract).
+    # host-sync names the finding that reports its time in its evidence (``evidence.owned_by``) instead.
+    owned_by: str | None | UnsetType = UNSET
     estimate_us: Num | UnsetType = UNSET  # the rule's own estimate, before the accounting (docs/findings.md)
     claim_rank: int | None | UnsetType = UNSET  # the rank whose steps time_at_stake_us is measured on
     explained_by: list[ClaimDoc] | UnsetType = UNSET  # gpu-idle: the findings that claim part of the idle time
@@ -471,11 +475,11 @@ class ReportDoc(Struct, omit_defaults=True, kw_only=True):
     findings: list[FindingDoc]
     skipped: list[SkippedDoc]
     missing_ranks: list[int]
-    cross_rank: dict[str, Any]
+    cross_rank: CrossRankDoc
     errors: list[str]  # analyses, rules or modules that failed or could not run; the rest of the report stands
-    verdict: Any | UnsetType = UNSET
-    runs: Any | UnsetType = UNSET
-    strategy: dict[str, Any] | UnsetType = UNSET  # the parallel strategy the trace shows (docs/communication.md)
+    verdict: VerdictDoc | None | UnsetType = UNSET
+    runs: RunsDoc | None | UnsetType = UNSET
+    strategy: StrategyDoc | UnsetType = UNSET  # the parallel strategy the trace shows (docs/communication.md)
     throughput: JobThroughputDoc | UnsetType = UNSET  # the job's throughput and GPU time (docs/metrics.md)
 
 

@@ -20,7 +20,7 @@ Where the per-rank stage runs: ``local`` (``run/local.py``, process pools from `
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import DEFAULT, Config
@@ -108,13 +108,15 @@ def _analyze(path, config: Config, observer: Observer | None):
     from ..load.prefetch import started
     from . import services
 
-    # A big trace's pieces decode in workers while the analysis stack is imported.
-    with started(path, config, services.workers(config), services.column_cache(config)):
+    # A big trace's pieces decode in workers while the analysis stack is imported; the loader collects them from
+    # the workers handed on (``Workers.started``).
+    workers = services.workers(config)
+    with started(path, config, workers, services.column_cache(config)) as pre:
         require(ANALYSIS_STACK, "analysing traces")
-        return _analyze_with(path, config, observer)
+        return _analyze_with(path, config, observer, replace(workers, started=pre))
 
 
-def _analyze_with(path, config: Config, observer: Observer | None):
+def _analyze_with(path, config: Config, observer: Observer | None, workers=None):
     progress = observer.decoded if observer is not None else None
     if config.executor == "dask":
         from .dask import analyze_with_dask
@@ -126,4 +128,4 @@ def _analyze_with(path, config: Config, observer: Observer | None):
         raise UsageError("--scheduler needs --executor dask")
     from .local import analyze_local
 
-    return analyze_local(path, config, progress, run=config.run)
+    return analyze_local(path, config, progress, run=config.run, workers=workers)

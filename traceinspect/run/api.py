@@ -1,14 +1,14 @@
-"""The Python API: the same call the CLI makes (``report_folder``), and the live analysis behind it.
+"""The Python API: plain functions that return the typed report, or the live analysis behind it.
 
     import traceinspect
-    result = traceinspect.report_folder("./log/profile_ddp")
-    result.to_dict()     # the JSON report (cached: a second call on an unchanged folder reads no trace)
+    doc = traceinspect.report_doc("./log/profile_ddp")       # ReportDoc (cached: a second call reads no trace)
+    result = traceinspect.report_folder("./log/profile_ddp")  # the document and the live analysis behind it
     report = result.analysis
     report.steps         # DataFrame: one row per rank and step
     report.findings      # list of Finding
 
-    trace = traceinspect.load("./log/profile_ddp")    # or stage by stage
-    report = traceinspect.analyze(trace)
+    trace = traceinspect.load_trace("./log/profile_ddp")      # or stage by stage
+    report = traceinspect.analyze_trace(trace)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import replace
 from ..config import DEFAULT, Config
 from ..load.services import ProgressFn
 from . import Observer, report_folder
+from . import stages
 from .stages import Report
 
 
@@ -36,3 +37,21 @@ def analyze_path(path: str | os.PathLike, config: Config = DEFAULT, progress: Pr
     (1 the oldest), or the most recent."""
     config = replace(config, executor=executor, scheduler=scheduler, run=run)
     return report_folder(path, config, _Progress(progress) if progress else None).analysis
+
+
+def report_doc(path: str | os.PathLike, config: Config = DEFAULT):
+    """The report of the traces under ``path`` as its typed document (``report.doc.ReportDoc``): what
+    ``traceinspect report --json`` writes, read from the cache when the folder is unchanged."""
+    return report_folder(path, config).doc
+
+
+def load_trace(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
+               run: int | None = None):
+    """The traces under ``path`` (run ``run`` of the folder, 1 the oldest; default the most recent) as a ``Trace``:
+    per-rank columnar events, decoded on the config's workers."""
+    return stages.load(path, config, progress, run=run)
+
+
+def analyze_trace(trace, config: Config = DEFAULT) -> Report:
+    """A loaded ``Trace`` analysed: per-rank stage, cross-rank stage, rules (no cache)."""
+    return stages.analyze(trace, config)

@@ -25,8 +25,8 @@ from .stages import Report, finish, load
 from ..load.trace import Skipped
 
 
-def rank_task(files: list[str], config: Config, progress: ProgressFn | None = None, rank: int | None = None
-              ) -> tuple[list[RankAnalysis], list[Skipped]]:
+def rank_task(files: list[str], config: Config, progress: ProgressFn | None = None, rank: int | None = None,
+              workers: services.ProcessWorkers | None = None) -> tuple[list[RankAnalysis], list[Skipped]]:
     """Decode and analyze the files (windows) of one rank; never raises for bad input.
 
     The result is cached (in the user cache folder, keyed by the files, the rank, the configuration and the code), so a
@@ -36,7 +36,7 @@ def rank_task(files: list[str], config: Config, progress: ProgressFn | None = No
     hit = _cache.get_rank_result(key, config)
     if hit is not None:
         return hit
-    trace = load(files, config, progress=progress, allow_empty=True, rank=rank)
+    trace = load(files, config, progress=progress, allow_empty=True, rank=rank, workers=workers)
     result = ([analyze_rank(r, config, services.rank_fan_out(config)) for r in trace.ranks], trace.skipped)
     _cache.put_rank_result(key, result, config)
     return result
@@ -67,8 +67,9 @@ def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: C
 
 
 def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
-                  run: int | None = None) -> Report:
-    """Report on run ``run`` of ``path`` (1 the oldest; the most recent when None)."""
+                  run: int | None = None, workers: services.ProcessWorkers | None = None) -> Report:
+    """Report on run ``run`` of ``path`` (1 the oldest; the most recent when None) on ``workers`` (default: the
+    config's; the run hands in its own, with any pieces it started)."""
     groups, skipped, runs = plan(path, config, run)
     n = worker_count(config)
     sizes = {f: Path(f).stat().st_size for _, fs in groups for f in fs}
@@ -86,7 +87,7 @@ def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: P
     else:
         # Few ranks: one at a time, each file cut into pieces decoded on all cores.
         for i, (r, fs) in enumerate(groups):
-            results[i] = rank_task(fs, config, progress, r)
+            results[i] = rank_task(fs, config, progress, r, workers)
     ranks = [r for res in results for r in res[0]]
     skipped = skipped + [s for res in results for s in res[1]]
     return done(path, ranks, skipped, runs, config)

@@ -16,6 +16,7 @@ class ProcessWorkers:
     """``load.services.Workers``: process pools from ``run/pool.py``, ``count`` per ``Config.workers``."""
 
     count: int
+    started: object = None  # load.prefetch.Started: a file's pieces already decoding, handed on to the loader
 
     def pool(self, n: int):
         return _pool.process_pool(n)

@@ -1,8 +1,8 @@
 """The stages run in order, with what each is handed: load (the worker processes and the column cache), the
 per-rank analysis (the fan-out of a big rank's analyses), the cross-rank stage and the rules, then the document.
 
-    trace = load("./log/profile_ddp", config)      # traceinspect.load
-    report = analyze(trace, config)                # traceinspect.analyze: per-rank, cross-rank, rules
+    trace = load("./log/profile_ddp", config)      # traceinspect.load_trace
+    report = analyze(trace, config)                # traceinspect.analyze_trace: per-rank, cross-rank, rules
     report.to_dict()                               # the JSON document (report/build.py), as plain dicts
 
 No stage below imports ``run/``: this is where they meet.
@@ -11,7 +11,6 @@ No stage below imports ``run/``: this is where they meet.
 from __future__ import annotations
 
 import os
-from dataclasses import fields
 from typing import Iterable
 
 from ..analyze.rank import analyze_ranks
@@ -34,17 +33,18 @@ class Report(engine.Report):
 
 
 def load(path: str | os.PathLike | Iterable, config: Config = DEFAULT, progress: ProgressFn | None = None,
-         allow_empty: bool = False, run: int | None = None, rank: int | None = None) -> Trace:
-    """``load.reader.load`` on this run's worker processes and column cache (``Config.workers``, ``use_cache``)."""
-    return reader.load(path, config, progress, allow_empty, run, rank, workers=services.workers(config),
+         allow_empty: bool = False, run: int | None = None, rank: int | None = None,
+         workers: services.ProcessWorkers | None = None) -> Trace:
+    """``load.reader.load`` on this run's worker processes (``workers``, default ``Config.workers``) and column
+    cache (``use_cache``)."""
+    return reader.load(path, config, progress, allow_empty, run, rank, workers=workers or services.workers(config),
                        cache=services.column_cache(config))
 
 
 def finish(source: str, ranks: list, skipped: list[Skipped], world_size: int | None, config: Config = DEFAULT,
            runs: dict | None = None) -> Report:
     """The cross-rank stage and the rules (``diagnose.engine.finish``), handed out as a ``Report`` with its document."""
-    done = engine.finish(source, ranks, skipped, world_size, config, runs)
-    return Report(**{f.name: getattr(done, f.name) for f in fields(done)})
+    return engine.finish(source, ranks, skipped, world_size, config, runs, make=Report)
 
 
 def analyze(trace: Trace, config: Config = DEFAULT) -> Report:
