@@ -4,7 +4,7 @@ rows, ``report/diff_figures.py``). A figure a side does not know is ``-``, and t
 
 from __future__ import annotations
 
-from .diff_work_text import plain
+from .safe import visible as plain
 from .memory import gpu_time, size
 
 FIGURES_HEAD = ["figure", "base", "new", "change", ""]
