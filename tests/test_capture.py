@@ -439,5 +439,5 @@ def test_loader_probe_and_worker_timing_are_recorded(cpu_capture_factory) -> Non
         assert main["cpu_us"] >= 0.5 * sum(float(e["dur"]) for e in ops) > 0
     import traceinspect
 
-    (rank,) = traceinspect.load(folder).ranks
+    (rank,) = traceinspect.load_trace(folder).ranks
     assert rank.metadata["loader_probe"]["period_us"] == probe["period_us"]

@@ -344,17 +344,17 @@ def test_no_fix_but_the_loaders_makes_a_step_shorter_than_the_loader_period():
     folder = FIXTURES / "gpu_pairs" / "s2_big_pageable"
     base = report(folder)
     assert {f["id"] for f in base["findings"] if f["time_at_stake_us"]} - {"dataloader-stall"}
-    trace = traceinspect.load(folder)
+    trace = traceinspect.load_trace(folder)
     for rank in trace.ranks:
         rank.metadata["loader_timing"] = {"period_us": base["ranks"][0]["step_us"] * 10}
-    rep = traceinspect.analyze(trace)
+    rep = traceinspect.analyze_trace(trace)
     claimed = {f.id for f in rep.findings if f.time_at_stake_us}
     assert claimed <= {"dataloader-stall"}, claimed
     capped = [f for f in rep.findings if f.extra.get("loader_bound")]
     assert capped and all(f.extra["loader_bound"]["cut_us"] > 0 and f.extra["loader_bound"]["limited_by"] == "workers"
                           for f in capped)
     fed = FIXTURES / "gpu_pairs" / "s2_big_fed"
-    probe = traceinspect.load(fed).ranks[0].metadata["loader_probe"]["period_us"]
+    probe = traceinspect.load_trace(fed).ranks[0].metadata["loader_probe"]["period_us"]
     steps = _steps(report(fed))
     drawn = sum(s["wall_us"] for s in steps) / sum(s["dataloader_count"] for s in steps)
     assert probe > 2 * drawn
@@ -395,11 +395,11 @@ def test_an_unmeasured_pinning_loader_leaves_what_it_may_not_feed_uncounted():
     import traceinspect
 
     for folder in (FIXTURES / "gpu_pairs" / "big_fp32", FIXTURES / "gpu_pairs" / "s3_big_fp32_fed"):
-        trace = traceinspect.load(folder)
+        trace = traceinspect.load_trace(folder)
         for rank in trace.ranks:
             for k in ("loader_timing", "process_threads"):
                 rank.metadata.pop(k, None)
-        rep = traceinspect.analyze(trace).to_dict()
+        rep = traceinspect.analyze_trace(trace).to_dict()
         (f,) = [f for f in rep["findings"] if f["id"] == "no-mixed-precision"]
         lb = f["loader_bound"]
         steps = _steps(rep)

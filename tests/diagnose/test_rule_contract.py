@@ -60,8 +60,9 @@ def test_no_rule_id_outside_the_rule_modules():
     src = (PKG / "diagnose" / "accounting.py").read_text()
     assert "f.id ==" not in src and "LABELS" not in src and "ORDER" not in src
     # anywhere else (the registry, RULE_MODULES, names modules, not ids): no hyphenated rule id
+    generated = {PKG / "render" / "evidence_units.py"}  # the rules' declared units, written from the rules
     for path in PKG.rglob("*.py"):
-        if path in rule_files:
+        if path in rule_files or path in generated:
             continue
         for text in _code_strings(path):
             assert not [i for i in ids if "-" in i and i in text], (path, text)

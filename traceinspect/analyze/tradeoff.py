@@ -73,10 +73,6 @@ def tradeoff(ra, thr, outlook) -> Tradeoff | None:
         steps = steps[~steps["synthetic"].astype(bool)]
     if not b0 or not k0 or not len(steps):
         return None
-    bp = ra.tables.get("backward_passes")
-    opt_setup = getattr(getattr(ra, "setup", None), "optimizer", None)
-    if (bp is None or not len(bp)) and not getattr(opt_setup, "present", False):
-        return None  # inference: no gradients to accumulate
     wall = _mean(steps, "wall_us")
     opt = ra.tables.get("optimizer")
     opt = opt[opt["step"].isin(steps["step"])] if opt is not None and len(opt) else None
