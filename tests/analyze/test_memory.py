@@ -2,8 +2,8 @@
 
 The public traces recorded with ``profile_memory`` (a V100 DDP rank, an MI300 inference run with ROCm's device type
 6) are read with the standard library here and every per-step number is computed again from the raw events; CPU
-captures made in the test at two batch sizes check the prediction of the peak at another batch, and one with the
-reference workload's planted leak (``keep_outputs``) checks that the growth and the op that leaks are named.
+captures made in the test session at two batch sizes check the prediction of the peak at another batch (the planted
+leak that memory-growth names: tests/diagnose/test_memory_growth.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from public_traces import PUBLIC, need
@@ -127,7 +126,7 @@ def test_a_trace_without_memory_events_says_why(tmp_path):
     assert not [f for f in d["findings"] if f["id"].startswith("memory")]
 
 
-# --- CPU captures: the prediction at another batch, the leak -------------------------------------------------------
+# --- CPU captures: the prediction at another batch -------------------------------------------------------------
 
 def _host_peak(folder: Path) -> tuple[int, object]:
     from traceinspect.load.reader import load as load_folder
@@ -154,25 +153,3 @@ def test_predicted_peak_at_another_batch_within_ten_percent(batch_pair):
     assert abs(pred[2048] - p_big) <= 0.10 * p_big
     from traceinspect.analyze.outlook import predicted_peak
     assert abs(predicted_peak(ra_big.tables["memory_scaling"], 2048, 512) - p_small) <= 0.10 * p_small
-
-
-def test_a_planted_leak_names_its_op(cpu_capture_factory):
-    from traceinspect.run import report_folder
-
-    folder = cpu_capture_factory(preset="optimized", nproc=1, profile_memory=True,
-                                 overrides={"num_workers": 0, "accum_steps": 1, "keep_outputs": True,
-                                            "probe_loader": False, "batch_size": 64, "num_classes": 4096})
-    rep = report_folder(str(folder), NOCACHE.with_overrides(memory_growth_min_bytes=512 * 1024))
-    d = rep.to_dict()
-    (f,) = [f for f in d["findings"] if f["id"] == "memory-growth"]
-    ev = f["evidence"]["per_rank"][0]
-    out_bytes = 64 * 4096 * 4  # the kept fp32 output of one micro-batch
-    assert abs(ev["growth_bytes_per_step"] - out_bytes) <= 0.05 * out_bytes
-    assert ev["growers"][0]["op"] == "aten::linear" and ev["growers"][0]["phase"] == "forward"
-    assert f["bytes_at_stake"] == ev["end_allocated_bytes"][-1] - ev["end_allocated_bytes"][0]
-    clean = cpu_capture_factory(preset="optimized", nproc=1, profile_memory=True,
-                                overrides={"num_workers": 0, "accum_steps": 1, "probe_loader": False,
-                                           "batch_size": 64, "num_classes": 4096})
-    d2 = report_folder(str(clean), NOCACHE.with_overrides(memory_growth_min_bytes=512 * 1024)).to_dict()
-    assert not [f for f in d2["findings"] if f["id"] == "memory-growth"]
-    assert np.isclose(d2["ranks"][0]["memory"]["growth_bytes_per_step"], 0.0, atol=out_bytes / 10)

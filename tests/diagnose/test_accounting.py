@@ -14,7 +14,7 @@ from traceinspect.config import DEFAULT, Config
 from traceinspect.diagnose.accounting import grade
 from traceinspect.run.api import analyze_path
 
-from conftest import STRAGGLER_ITEM_DELAY_MS
+from cpu_capture import STRAGGLER_ITEM_DELAY_MS
 from public_traces import PUBLIC
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -52,22 +52,12 @@ def test_ddp_only_rules_declare_it():
         assert not by_id[rid].applies_to(("fsdp2",)) and by_id[rid].applies_to(("ddp",))
 
 
-def test_an_allreduce_job_without_ddp_gets_no_ddp_advice(tmp_path):
+def test_an_allreduce_job_without_ddp_gets_no_ddp_advice(allreduce_job_run):
     """A real gloo capture of a loop that all-reduces tensors with torch.distributed directly (tests/allreduce_job.py:
     no DistributedDataParallel, no autograd): every all-reduce of a step once read as DDP's gradient buckets, so
     exposed-comm advised DistributedDataParallel(bucket_cap_mb=...). The trace's CPU ops show none of DDP's marks:
     no strategy is named, and no finding names DDP's API or its buckets."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("torch")
-    root = Path(__file__).resolve().parents[2]
-    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(root / "tests" / "allreduce_job.py"), str(tmp_path)], capture_output=True, text=True,
-                       timeout=240, env=env)
-    assert p.returncode == 0, p.stderr[-2000:]
-    doc = analyze_path(tmp_path, Config(use_cache=False, workers=1)).to_dict()
+    doc = analyze_path(allreduce_job_run, Config(use_cache=False, workers=1)).to_dict()
     assert doc["strategy"]["kinds"] == [] and all(r["setup"]["parallelism"] is None for r in doc["ranks"])
     assert any(f["id"] == "exposed-comm" for f in doc["findings"])  # its communication is still reported
     for f in doc["findings"]:

@@ -19,7 +19,7 @@ from traceinspect.render.text import render_text
 from traceinspect.run.api import analyze_path
 
 import twins
-from test_fix_fits_setup import contradictions
+from fix_checks import contradictions
 from reference import capturable_intervals, issuing_tids, launch_wait_us, launch_wait_within_us, union_us
 from twins import PARTIAL, ROWS, TWINS_DIR, count, launch_wait, measured
 

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import bisect
-import functools
-import gzip
 import json
 import re
 from pathlib import Path
@@ -25,75 +23,10 @@ from traceinspect.config import Config
 from traceinspect.load.reader import load
 from traceinspect.analyze.precision import classify_kernel, gemm_shape, op_dtype
 
+from gpu_fixtures import gpu_fixture, raw_json, report
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file, raw_events
 
 NOCACHE = Config(use_cache=False, workers=1)
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-@functools.lru_cache(maxsize=None)
-def report(folder: Path):
-    return analyze(load(folder, NOCACHE), NOCACHE)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# GPU fixtures, found by the metadata every traceinspect capture writes (top-level "traceinspect" key)
-
-
-@functools.lru_cache(maxsize=4)
-def raw_json(path: Path) -> dict:
-    """raw_events, parsed once per file for the whole session (tests only read it)."""
-    return raw_events(path)
-
-
-def capture_metadata(path: Path) -> dict:
-    """The ``traceinspect`` object of a trace, from the head of the file (it precedes ``traceEvents``)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    head = ""
-    with opener(path, "rt") as f:
-        while '"traceEvents"' not in head and len(head) < (4 << 20):
-            block = f.read(1 << 16)
-            if not block:
-                break
-            head += block
-    cut = head.find('"traceEvents"')
-    try:
-        top = json.loads(head[:cut] + '"traceEvents": []}') if cut >= 0 else raw_events(path)
-    except ValueError:
-        top = raw_events(path)
-    return top.get("traceinspect") or {}
-
-
-@functools.lru_cache(maxsize=None)
-def gpu_fixtures() -> tuple[tuple[Path, dict], ...]:
-    out = []
-    if not FIXTURES.exists():
-        return ()
-    for folder in sorted({p.parent for p in FIXTURES.rglob("rank*.pt.trace.json*")}):
-        first = sorted(folder.glob("rank*.pt.trace.json*"))[0]
-        try:
-            meta = capture_metadata(first)
-        except (OSError, ValueError):
-            continue
-        if "cuda" in ((meta.get("capture") or {}).get("activities") or []):
-            out.append((folder, meta))
-    return tuple(out)
-
-
-def gpu_fixture(record_shapes: bool | None = None, **knobs) -> Path:
-    """The first GPU fixture whose workload knobs match (a value may be a predicate), else skip with the reason."""
-    def ok(w, k, v):
-        return v(w.get(k)) if callable(v) else w.get(k) == v
-
-    for folder, meta in gpu_fixtures():
-        w = meta.get("workload") or {}
-        shapes = bool((meta.get("capture") or {}).get("record_shapes"))
-        if all(ok(w, k, v) for k, v in knobs.items()) and record_shapes in (None, shapes):
-            return folder
-    want = {k: ("<predicate>" if callable(v) else v) for k, v in knobs.items()}
-    if record_shapes is not None:
-        want["record_shapes"] = record_shapes
-    pytest.skip(f"no GPU fixture with workload {want} under fixtures/ yet (H200 captures, fixtures/README.md)")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import traceinspect
 from traceinspect.config import Config
 from traceinspect.render import format as fmt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "scripts" / "readme_samples.py")
 samples = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(samples)

@@ -1,48 +1,31 @@
-"""pipeline-bubble and tp-exposed-comm on the real CPU (gloo) captures of fixtures/cpu_strategies: each fires on its
-strategy only, its JSON evidence is its declared record and its fix that record's, and its numbers follow from the
-step columns (tested against the raw events in tests/analyze/test_model_parallel.py)."""
+"""pipeline-bubble on the real CPU (gloo) captures of fixtures/cpu_strategies: it fires on pipelines only, its JSON
+evidence is its declared record and its fix that record's, and its numbers follow from the step columns (tested
+against the raw events in tests/analyze/test_model_parallel.py)."""
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 import msgspec
 import pytest
 
-from strategy_raw import FIXTURES
-from traceinspect.config import Config
+from model_parallel_runs import PP, findings_of, report_of
 from traceinspect.diagnose import get_rule
 from traceinspect.diagnose.pipeline_bubble import bubble_share
-from traceinspect.run.api import analyze_path
-
-PP = ("pp2_m4", "pp2_m8", "pp4_m4", "pp4_m8", "pp2_gpipe", "pp_1f1b")
-TP = ("tp2_replicate", "tp2_rowwise", "tp_4")
 
 
-@lru_cache(maxsize=None)
-def _report(name: str):
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1))
-
-
-def _findings(name: str, rule: str):
-    rep = _report(name)
-    return [(f, d) for f, d in zip(rep.findings, rep.to_dict()["findings"]) if f.id == rule]
-
-
-@pytest.mark.parametrize("name,rule", [(n, "pipeline-bubble") for n in PP] + [(n, "tp-exposed-comm") for n in TP])
-def test_fires_with_its_record_and_fix(name, rule):
-    (f, d), = _findings(name, rule)
+@pytest.mark.parametrize("name", PP)
+def test_fires_with_its_record_and_fix(name, rule="pipeline-bubble"):
+    (f, d), = findings_of(name, rule)
     r = get_rule(rule)
     record = msgspec.convert(d["evidence"], r.evidence, strict=False)
     assert set(d["evidence"]) <= set(r.evidence.__struct_fields__)
-    assert r.fix(record, _report(name).ranks[0].setup) == f.fix
+    assert r.fix(record, report_of(name).ranks[0].setup) == f.fix
     assert "DistributedDataParallel" not in f.fix
 
 
 @pytest.mark.parametrize("name", PP)
 def test_bubble_evidence_adds_up(name):
-    (f, d), = _findings(name, "pipeline-bubble")
-    ev, rep = d["evidence"], _report(name)
+    (f, d), = findings_of(name, "pipeline-bubble")
+    ev, rep = d["evidence"], report_of(name)
     p, m = rep.strategy.pp_stages, rep.strategy.pp_microbatches
     assert ev["stages"] == p and ev["microbatches"] == m and ev["schedule_bubble_share"] == bubble_share(p, m)
     by_rank = {ra.rank: ra.steps for ra in rep.ranks}
@@ -60,7 +43,7 @@ def test_bubble_evidence_adds_up(name):
 def test_the_recommendation_follows_the_evidence():
     """Where the transfers cost more than the fill and drain they would shorten (every pair here: 7-10 ms per
     send or receive on 2 shared cores), the fix asks for fewer micro-batches, and says what twice as many would cost."""
-    (f, d), = _findings("pp2_m8", "pipeline-bubble")
+    (f, d), = findings_of("pp2_m8", "pipeline-bubble")
     ev = d["evidence"]
     assert ev["saving_if_doubled_us_per_step"] < 0 < ev["saving_if_halved_us_per_step"]
     assert ev["suggested_microbatches"] == 4 and "n_microbatches=4" in f.fix
@@ -68,26 +51,14 @@ def test_the_recommendation_follows_the_evidence():
 
 @pytest.mark.parametrize("name", ("fsdp2_2", "tp_2"))
 def test_no_bubble_finding_off_pipelines(name):
-    assert not _findings(name, "pipeline-bubble")
+    assert not findings_of(name, "pipeline-bubble")
 
 
-@pytest.mark.parametrize("name", ("pp2_m4", "fsdp2_2"))
-def test_no_tp_finding_off_tensor_parallel(name):
-    assert not _findings(name, "tp-exposed-comm")
-
-
-def test_tp_fix_pairs_the_plan_only_where_it_redistributes():
-    (f, _), = _findings("tp2_replicate", "tp-exposed-comm")
-    (g, _), = _findings("tp2_rowwise", "tp-exposed-comm")
-    assert "RowwiseParallel()" in f.fix and "Pair each" not in g.fix
-    assert "not on CPU / gloo" in f.fix  # async TP needs NCCL and symmetric memory
-
-
-@pytest.mark.parametrize("name", PP + TP)
+@pytest.mark.parametrize("name", PP)
 def test_their_time_is_not_also_exposed_comm(name):
     """The pipeline's sends and receives are its bubble, TP's collectives tp-exposed-comm's: exposed-comm (data
     parallel's rule, with a fix in data parallel's terms) does not claim the same time again."""
-    rep = _report(name)
+    rep = report_of(name)
     assert rep.strategy.kinds and not {"ddp", "fsdp1", "fsdp2"} & set(rep.strategy.kinds)
-    assert not _findings(name, "exposed-comm")
-    assert _findings(name, "pipeline-bubble" if "pp" in rep.strategy.kinds else "tp-exposed-comm")
+    assert not findings_of(name, "exposed-comm")
+    assert findings_of(name, "pipeline-bubble" if "pp" in rep.strategy.kinds else "tp-exposed-comm")

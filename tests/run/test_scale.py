@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STRAGGLER_ITEM_DELAY_MS
+from cpu_capture import STRAGGLER_ITEM_DELAY_MS
 
 from traceinspect.config import Config
 from traceinspect.run.api import analyze_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from dask_scale import _Recording  # noqa: E402  (a client that keeps what the driver receives)
 from replicate_ranks import replicate  # noqa: E402

@@ -2,7 +2,7 @@
 
 Every number is checked against an independent computation on the raw JSON (stdlib ``json``, plain Python), on
 real traces: the public NCCL traces in ../shared (skipped when absent) and CPU gloo captures made by the real
-workload under torchrun (conftest's ``cpu_capture_factory``, settings in test_comm_rules.SPECS). Tests marked CONSTRUCTED build tiny event tables by
+workload under torchrun (conftest's ``comm_capture``, settings in comm_captures.SPECS). Tests marked CONSTRUCTED build tiny event tables by
 hand to pin exact semantics; they are not traces of anything.
 """
 
@@ -254,10 +254,8 @@ def _gloo_reference(raw):
     return out
 
 
-def test_gloo_capture_buckets_rounds_and_durations(cpu_capture_factory):
-    from test_comm_rules import spec
-
-    folder = cpu_capture_factory(**spec("tiny_buckets"))
+def test_gloo_capture_buckets_rounds_and_durations(comm_capture):
+    folder = comm_capture("tiny_buckets")
     rep = analyze(load(folder, NOCACHE), NOCACHE)
     assert len(rep.ranks) == 2
     # deep model: 48 x Linear(64, 64) + Linear(64, 2), fp32

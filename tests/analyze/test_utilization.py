@@ -22,8 +22,8 @@ from traceinspect.load.reader import load
 from traceinspect.analyze.utilization import FILL_CATEGORIES, summarize
 
 from public_traces import ALL, BERT, DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file
-from test_precision import gpu_fixture, raw_json
-from test_precision import report as default_report
+from gpu_fixtures import gpu_fixture, raw_json
+from gpu_fixtures import report as default_report
 
 NOCACHE = Config(use_cache=False, workers=1)
 

@@ -15,7 +15,7 @@ from traceinspect.cli.diff import diff as diff_command, render_diff_text
 from traceinspect.report.diff import MIN_SHARE, SE_FACTOR, diff_reports
 
 from public_traces import BERT, DIFF_CONTROL, DIFF_TEST, need
-from test_plots import analyzed, real_cpu_run, synthetic_cpu_run
+from analyzed_runs import analyzed, real_cpu_run, synthetic_cpu_run
 
 if "diff" not in cli.commands:  # until cli._register_optional registers it on its own
     cli.add_command(diff_command)
@@ -138,6 +138,7 @@ def test_rank_present_on_one_side(tmp_path):
                                                                 "optimizer", "other"]
 
 
+@pytest.mark.capture
 def test_two_real_cpu_runs(request):
     """Baseline vs optimized real 2-rank CPU captures: both ranks matched by id, every number by hand."""
     a = analyzed(real_cpu_run(request, "cpu_baseline_run"))[2]

@@ -17,7 +17,7 @@ from traceinspect.diagnose.engine import finish
 from traceinspect.run import report_folder
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIG = ROOT / "fixtures" / "gpu" / "big_baseline"
 NOCACHE = Config(use_cache=False, workers=1)
 

@@ -13,9 +13,10 @@ import pytest
 
 from traceinspect.cli.main import main
 
-from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need, only_file
+from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, PUBLIC, need, only_file
 
-GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("TRACEINSPECT_UPDATE_GOLDEN") == "1"
 
 
@@ -117,21 +118,36 @@ def _normalize(text: str, folder: Path) -> str:
     return text.replace(str(folder), "<traces>")
 
 
-FIXTURE_BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "big_baseline"
+# Golden reports, discovered: tests/golden/<where>/<path>.txt and .json hold the text report (at width 120) and the
+# JSON report of the trace folder <path> under <where>, "fixtures" (this repository's fixtures/) or "public"
+# (../shared/traces/public, skipped where absent). To add a folder, create its two files empty and run the test
+# with TRACEINSPECT_UPDATE_GOLDEN=1, which rewrites every golden found from the current output.
+GOLDEN_ROOTS = {"fixtures": ROOT / "fixtures", "public": PUBLIC}
+GOLDENS = sorted({p.relative_to(GOLDEN).with_suffix("") for p in GOLDEN.rglob("*") if p.suffix in (".txt", ".json")})
 
 
-@pytest.mark.parametrize("folder", [DIFF_CONTROL, DDP_2RANK, FIXTURE_BASELINE], ids=lambda p: p.name)
-def test_golden_text_and_json(folder, tmp_path):
-    need(folder)
+def test_goldens_are_found_and_each_names_a_known_place():
+    assert GOLDENS, f"no golden reports under {GOLDEN}"
+    for rel in GOLDENS:
+        assert rel.parts[0] in GOLDEN_ROOTS and len(rel.parts) > 1, f"{rel}: not under {sorted(GOLDEN_ROOTS)}"
+
+
+@pytest.mark.parametrize("rel", GOLDENS, ids=str)
+def test_golden_text_and_json(rel, tmp_path):
+    folder = GOLDEN_ROOTS[rel.parts[0]].joinpath(*rel.parts[1:])
+    if rel.parts[0] == "public":
+        need(folder)
+    assert folder.is_dir(), f"golden {rel} names no trace folder ({folder})"
     out = tmp_path / "r.json"
     p = run_cli("report", folder, "--json", out, "--width", "120", "--no-cache")
-    assert p.returncode == 0
+    assert p.returncode == 0, p.stderr
     text = _normalize(p.stdout, folder)
     d = json.loads(_normalize(out.read_text(), folder))
-    gt, gj = GOLDEN / f"{folder.name}.txt", GOLDEN / f"{folder.name}.json"
+    gt, gj = (GOLDEN / rel).with_suffix(".txt"), (GOLDEN / rel).with_suffix(".json")
     if UPDATE:
         gt.write_text(text)
         gj.write_text(json.dumps(d, indent=1, sort_keys=True))
+    assert gt.exists() and gj.exists(), f"{rel}: both .txt and .json are needed (TRACEINSPECT_UPDATE_GOLDEN=1 writes them)"
     assert text == gt.read_text()
     assert d == json.loads(gj.read_text())
 
@@ -159,7 +175,7 @@ def test_second_report_comes_from_cache_and_is_identical(tmp_path):
 def test_unreachable_dask_scheduler_is_said_then_one_line(tmp_path):
     """A scheduler address nothing listens on: the wait is announced before it starts, and it ends in one line."""
     pytest.importorskip("dask.distributed")
-    folder = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "big_baseline"
+    folder = ROOT / "fixtures" / "gpu" / "big_baseline"
     p = run_cli("report", folder, "--executor", "dask", "--scheduler", "tcp://127.0.0.1:9", "--no-cache")
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]

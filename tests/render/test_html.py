@@ -23,7 +23,7 @@ from traceinspect.render.html import render_html
 from traceinspect.render.text import verdict
 
 from public_traces import DIFF_CONTROL, need
-from test_plots import analyzed, empty_report, real_cpu_run, synthetic_cpu_run
+from analyzed_runs import analyzed, empty_report, real_cpu_run, synthetic_cpu_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -178,6 +178,7 @@ def test_html_in_chromium(tmp_path, request):
     assert (img.mean(axis=-1) < 0.5).mean() > 0.01
 
 
+@pytest.mark.capture
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 def test_html_real_cpu_run_in_chromium(tmp_path, request):
     folder = real_cpu_run(request, "cpu_baseline_run")

@@ -17,7 +17,7 @@ from traceinspect.cli.main import main
 from traceinspect.config import Config
 from traceinspect.run import cache, cache_store, cache_tables, report_folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WARNED = ROOT / "fixtures" / "gpu" / "big_baseline"  # 4 warnings: --fail-on warning exits 1
 CLEAN = ROOT / "fixtures" / "gpu" / "big_optimized"  # none: exits 0
 

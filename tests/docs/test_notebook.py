@@ -9,7 +9,7 @@ import pytest
 
 from public_traces import DIFF_CONTROL, need
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "walkthrough.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "walkthrough.ipynb"
 GPU_FIXTURE = NOTEBOOK.parents[1] / "fixtures" / "gpu" / "baseline"
 
 nbformat = pytest.importorskip("nbformat", reason="pip install 'traceinspect[notebook]'")

@@ -21,7 +21,7 @@ from traceinspect.run import report_folder
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, PUBLIC, need
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "docs" / "report.schema.json"
 FOLDERS = [ROOT / "fixtures" / "gpu" / "big_baseline", ROOT / "fixtures" / "gpu_pairs" / "two_windows",
            DIFF_CONTROL, DDP_2RANK, BERT, PUBLIC / "hta_mi250_rocm", PUBLIC / "kineto_pt18_resnet50"]

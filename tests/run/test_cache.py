@@ -22,7 +22,7 @@ from traceinspect.run import cache, cache_store, cache_tables, report_folder
 
 from public_traces import DIFF_CONTROL, need, only_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "fixtures" / "gpu" / "big_baseline"
 
 

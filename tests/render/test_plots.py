@@ -1,15 +1,13 @@
 """Plots: every drawn number is checked against the report dict (or recomputed from the events), on real traces,
 on CPU-only traces, and on empty-ish reports (no GPU events, a rank missing, no steps at all).
 
-Also home of two helpers the other presentation tests import: ``analyzed`` (load + analyze once per trace folder,
-with the one-step timeline table attached the way the per-rank stage will) and ``synthetic_cpu_run`` (tiny CPU-only
-multi-rank traces written on the spot).
+The reports come from tests/analyzed_runs.py (``analyzed``, ``synthetic_cpu_run``, ``real_cpu_run``), shared with the
+other presentation tests.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import struct
 import subprocess
@@ -28,81 +26,14 @@ from traceinspect.render.text import CPU_COLUMNS, GPU_COLUMNS
 from traceinspect.analyze.steps import find_steps
 from traceinspect.analyze.timeline import median_step, step_timeline
 
+from analyzed_runs import analyzed, empty_report, real_cpu_run, synthetic_cpu_run
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need
 
 NOCACHE = Config(use_cache=False, workers=1)
-_ALL_GPU = sorted(p for p in (Path(__file__).resolve().parents[1] / "fixtures" / "gpu").glob("*")
+_ALL_GPU = sorted(p for p in (Path(__file__).resolve().parents[2] / "fixtures" / "gpu").glob("*")
                   if p.is_dir() and any(p.rglob("*.json*")))
 # A representative few (pageable copies, fast steps, a loader-bound step, transformer buckets) keep the suite fast.
 GPU_FIXTURES = [p for p in _ALL_GPU if p.name in ("baseline", "optimized", "slow_loader", "tf_shapes")] or _ALL_GPU[:4]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# helpers shared with test_html / test_tensorboard / test_diff
-
-
-@functools.lru_cache(maxsize=None)
-def _analyzed(folder: str):
-    trace = load(folder, NOCACHE)
-    rep = analyze(trace, NOCACHE)
-    by_rank = {rt.rank: rt for rt in trace.ranks}
-    for ra in rep.ranks:
-        rt = by_rank[ra.rank]
-        ra.tables.setdefault("timeline", step_timeline(rt, find_steps(rt)))
-    return trace, rep, rep.to_dict()
-
-
-def analyzed(folder):
-    """(trace, report, report dict) of a folder, cached; ``ra.tables["timeline"]`` filled (median-wall step)."""
-    trace, rep, d = _analyzed(str(folder))
-    return trace, rep, copy.deepcopy(d)
-
-
-def synthetic_cpu_run(folder, ranks=(0, 1), world_size=None, steps=3, loader_ms=None) -> Path:
-    """Small CPU-only (gloo-like) traces, one file per rank: ProfilerSteps with a DataLoader wait, forward,
-    backward, an all-reduce (c10d op + gloo annotation on a second thread) and the optimizer step."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    world_size = world_size or len(ranks)
-    for r in ranks:
-        lm = (loader_ms or {}).get(r, 1.0 + r)
-        ev, t = [], 1000.0
-
-        def put(cat, name, ts, dur, tid=1):
-            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + r, "tid": tid, "ts": ts, "dur": dur,
-                       "args": {}})
-
-        for k in range(steps):
-            wall = 20000.0 + 500 * k
-            put("user_annotation", f"ProfilerStep#{k + 1}", t, wall)
-            put("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 10, lm * 1000)
-            f0 = t + 20 + lm * 1000
-            put("cpu_op", "aten::linear", f0, 3000)
-            put("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", f0 + 3100, 6000)
-            put("cpu_op", "c10d::allreduce_", f0 + 9200, 2000)
-            put("user_annotation", "gloo:all_reduce", f0 + 9300, 1800, tid=2)
-            put("user_annotation", "Optimizer.step#AdamW.step", f0 + 11400, 1500)
-            t += wall + 100
-        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": r, "world_size": world_size},
-               "baseTimeNanoseconds": 1700000000000000000, "traceEvents": ev}
-        (folder / f"rank{r}.pt.trace.json").write_text(json.dumps(doc))
-    return folder
-
-
-def real_cpu_run(request, name: str = "cpu_baseline_run") -> Path:
-    """A real 2-rank CPU (gloo) capture from tests/conftest.py's session fixtures (``cpu_baseline_run``,
-    ``cpu_clean_run``...); skips where those fixtures (or torch) are not there."""
-    try:
-        return request.getfixturevalue(name)
-    except pytest.FixtureLookupError:
-        pytest.skip(f"fixture {name} (tests/conftest.py) not available")
-
-
-def empty_report() -> dict:
-    """A report dict with no usable rank at all (every file skipped)."""
-    return {"schema": "traceinspect.report/1", "source": "nowhere", "world_size": 2, "ranks_analyzed": 0, "ranks": [],
-            "findings": [], "skipped": [{"file": "rank0.json", "reason": "truncated"}], "missing_ranks": [0, 1],
-            "cross_rank": {}, "errors": []}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -281,7 +212,7 @@ def test_message_sizes_say_what_the_cap_line_means():
     from traceinspect.config import Config
     from traceinspect.render.plots import png_bytes
 
-    d = json.loads(json.dumps(traceinspect.report_folder(str(Path(__file__).parents[1] / "fixtures" / "gpu" /
+    d = json.loads(json.dumps(traceinspect.report_folder(str(Path(__file__).parents[2] / "fixtures" / "gpu" /
                                                              "big_baseline"), Config(workers=1)).to_dict()))
     fig = plots.message_sizes_figure(d)
     png_bytes(fig)
@@ -335,6 +266,7 @@ def test_plots_leave_pyplot_alone(tmp_path):
     assert p.stdout.strip() == "False"
 
 
+@pytest.mark.capture
 def test_real_cpu_capture(request):
     folder = real_cpu_run(request, "cpu_baseline_run")
     _, rep, d = analyzed(folder)

@@ -16,7 +16,7 @@ from traceinspect.render.safe import markdown
 from traceinspect.render.text import verdict
 
 from public_traces import DIFF_CONTROL, DDP_2RANK, need, only_file
-from test_plots import analyzed, real_cpu_run, synthetic_cpu_run
+from analyzed_runs import analyzed, real_cpu_run, synthetic_cpu_run
 
 tb = pytest.importorskip("tensorboard", reason="pip install 'traceinspect[tensorboard]'")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -87,6 +87,7 @@ def test_cpu_ranks_and_rewrite(tmp_path):
         assert "step/gpu_busy_ms" not in ea.Tags()["scalars"]  # CPU-only rank
 
 
+@pytest.mark.capture
 def test_real_cpu_capture(request, tmp_path):
     folder = real_cpu_run(request, "cpu_baseline_run")
     d = analyzed(folder)[2]

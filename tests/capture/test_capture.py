@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cpu_capture import load_trace, trace_files
-from conftest import ROOT, SLOW_ITEM_DELAY_MS, WORKER_ITEM_DELAY_MS
+from cpu_capture import SLOW_ITEM_DELAY_MS, WORKER_ITEM_DELAY_MS, load_trace, trace_files
 
 from traceinspect.capture import profiling as cap
 from traceinspect.capture import workload
@@ -24,6 +23,8 @@ from traceinspect.capture import workload
 NAME_RE = re.compile(r"^rank(\d+)\.\d+\.pt\.trace\.json\.gz$")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is needed to capture")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _x_events(trace: dict) -> list[dict]:

@@ -18,7 +18,7 @@ from traceinspect.cli.demo_verdict import BUSY, FASTER, MIN_SHARE, SLOWER, WITHI
 from traceinspect.config import Config
 from traceinspect.run import report_folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU, PAIRS = ROOT / "fixtures" / "gpu", ROOT / "fixtures" / "gpu_pairs"
 NOCACHE = Config(use_cache=False, workers=1)
 
