@@ -11,18 +11,17 @@ from pathlib import Path
 import pytest
 
 from traceinspect.config import Config
-from traceinspect.load.reader import load
-from traceinspect.run.stages import analyze
 
+from analyses import stages_of
 from public_traces import raw_events
 
 NOCACHE = Config(use_cache=False, workers=1)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-@functools.lru_cache(maxsize=None)
 def report(folder: Path):
-    return analyze(load(folder, NOCACHE), NOCACHE)
+    """The live report of a folder, analyzed once per session (analyses.stages_of): read it, do not change it."""
+    return stages_of(folder)
 
 
 @functools.lru_cache(maxsize=4)

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import readers  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs the readers benchmark
+
 FIXTURE = next((ROOT / "fixtures" / "gpu_setup" / "small_pinned").glob("*.json.gz"))
 
 

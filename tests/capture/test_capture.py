@@ -22,7 +22,12 @@ from traceinspect.capture import workload
 
 NAME_RE = re.compile(r"^rank(\d+)\.\d+\.pt\.trace\.json\.gz$")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is needed to capture")
+_torch_present = pytest.mark.skipif(not HAS_TORCH, reason="torch is needed to capture")
+
+
+def needs_torch(test):
+    """A test that captures with torch: skipped without it, and in the ``capture`` tier."""
+    return pytest.mark.capture(_torch_present(test))
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -60,6 +60,7 @@ class _Http(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow  # each unreachable scheduler is waited for, up to the 10 s the CLI allows
 def test_scheduler_waits_are_bounded_and_named(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     from traceinspect.run.dask import SCHEDULER_TIMEOUT_S

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from analyses import stages_doc_of, stages_of
 from reference import union_us  # noqa: F401  (re-exported for the tests here)
 
 import copy
-import functools
 import gzip
 import json
 import re
@@ -13,8 +13,6 @@ from pathlib import Path
 
 from traceinspect.config import Config
 from traceinspect.diagnose.engine import finish
-from traceinspect.run.stages import analyze
-from traceinspect.load.reader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "fixtures" / "gpu"
@@ -23,14 +21,14 @@ CFG = Config(use_cache=False, workers=1)
 
 
 def report(folder: Path) -> dict:
-    return analyze(load(folder, CFG), CFG).to_dict()
+    """The report of a folder as its JSON document, analyzed once per session (a copy of its own)."""
+    return stages_doc_of(folder)
 
 
-@functools.lru_cache(maxsize=None)
 def analysis(folder: Path):
     """The live report of a folder (findings as ``Finding``, ranks as ``RankAnalysis``), analyzed once per test
-    session: read it, do not change it."""
-    return analyze(load(folder, CFG), CFG)
+    session (analyses.stages_of): read it, do not change it."""
+    return stages_of(folder)
 
 
 def findings(folder: Path) -> dict:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from strategy_raw import FIXTURES
-from traceinspect.config import Config
-from traceinspect.run.api import analyze_path
+from analyses import analysis_of
 
 PP = ("pp2_m4", "pp2_m8", "pp4_m4", "pp4_m8", "pp2_gpipe", "pp_1f1b")
 TP = ("tp2_replicate", "tp2_rowwise", "tp_4")
@@ -15,7 +14,7 @@ TP = ("tp2_replicate", "tp2_rowwise", "tp_4")
 
 @lru_cache(maxsize=None)
 def report_of(name: str):
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1))
+    return analysis_of(FIXTURES / name)
 
 
 def findings_of(name: str, rule: str):

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import msgspec
 
-from traceinspect.config import Config
 from traceinspect.diagnose import get_rule
-from traceinspect.run.api import analyze_path
+from analyses import analysis_of, doc_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 RULE = "fsdp-exposed-allgather"
@@ -19,7 +18,7 @@ RULE = "fsdp-exposed-allgather"
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def test_evidence_splits_forward_and_backward():
@@ -35,7 +34,7 @@ def test_evidence_splits_forward_and_backward():
 def test_the_evidence_json_is_the_record():
     """The JSON evidence is the declared record, and the fix is the declared fix of it (fitted to the setup)."""
     rule = get_rule(RULE)
-    rep = analyze_path(FIXTURES / "fsdp2_2", Config(use_cache=False, workers=1))
+    rep = analysis_of(FIXTURES / "fsdp2_2")
     setups = {ra.rank: ra.setup for ra in rep.ranks}
     got = [(f, d) for f, d in zip(rep.findings, rep.to_dict()["findings"]) if f.id == RULE]
     assert got

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from traceinspect.config import Config
-from traceinspect.run.api import analyze_path
 
 from pairs import judge
+from analyses import doc_of
+
+pytestmark = pytest.mark.slow  # the FSDP one-knob pairs, each run analyzed: claims against measured savings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 RULE = "fsdp-exposed-allgather"
@@ -40,7 +41,7 @@ FSDP_PAIRS = [("fsdp2_2", "fsdp2_prefetch", "set_modules_to_forward_prefetch", R
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 @lru_cache(maxsize=None)

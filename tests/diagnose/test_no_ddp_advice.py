@@ -14,6 +14,7 @@ import pytest
 from traceinspect.config import Config
 from traceinspect.diagnose import all_rules
 from traceinspect.run.api import analyze_path
+from analyses import doc_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -22,7 +23,7 @@ DDP_API = re.compile(r"bucket_cap_mb|no_sync|DistributedDataParallel|gradient_as
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def test_every_strategy_folder_is_checked():

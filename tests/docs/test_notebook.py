@@ -9,6 +9,8 @@ import pytest
 
 from public_traces import DIFF_CONTROL, need
 
+pytestmark = pytest.mark.slow  # executes the walkthrough notebook in a kernel
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "walkthrough.ipynb"
 GPU_FIXTURE = NOTEBOOK.parents[1] / "fixtures" / "gpu" / "baseline"
 

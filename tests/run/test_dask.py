@@ -11,6 +11,8 @@ from traceinspect.config import Config
 
 from public_traces import DDP_2RANK, DIFF_CONTROL, DIFF_TEST, need, only_file
 
+pytestmark = pytest.mark.slow  # starts Dask clusters
+
 distributed = pytest.importorskip("dask.distributed", reason="dask.distributed not installed")
 
 
