@@ -92,6 +92,7 @@ def _in_own_window(g, launch, windows):
     return min(max(s, a), b), max(min(e, b), min(max(s, a), b))
 
 
+@pytest.mark.slow  # a sweep over every public trace
 @pytest.mark.parametrize("folder", ALL, ids=lambda p: p.name)
 def test_steps_and_numbers_match_reference(folder):
     need(folder)

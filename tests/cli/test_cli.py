@@ -172,6 +172,7 @@ def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     assert "rank0.json" in third.stdout and third.stdout != first.stdout
 
 
+@pytest.mark.slow  # waits for a scheduler that never answers
 def test_unreachable_dask_scheduler_is_said_then_one_line(tmp_path):
     """A scheduler address nothing listens on: the wait is announced before it starts, and it ends in one line."""
     pytest.importorskip("dask.distributed")

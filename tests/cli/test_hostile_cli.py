@@ -140,6 +140,7 @@ def four_ranks(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # kills reports mid-run and waits for their workers
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_pool_workers_die_with_report(four_ranks, tmp_path, sig):

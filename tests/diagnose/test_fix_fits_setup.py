@@ -44,6 +44,7 @@ def _launch_waited(rep: dict) -> None:
                 assert s["idle_launch_us"] >= DEFAULT.launch_bound_idle_share * s["wall_us"] - 1e-6, sid
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_fix_contradicts_the_setup(folder):
     rep = report_folder(folder, CACHED).to_dict()

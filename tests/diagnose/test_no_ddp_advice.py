@@ -30,6 +30,7 @@ def test_every_strategy_folder_is_checked():
     assert {"fsdp2_2", "fsdp2_4", "tp_2", "pp_1f1b"} <= set(FOLDERS)
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("name", FOLDERS)
 def test_no_ddp_advice(name):
     doc = _doc(name)
@@ -39,6 +40,7 @@ def test_no_ddp_advice(name):
         assert not DDP_API.search(text), (name, f["id"], DDP_API.search(text).group(0))
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("name", FOLDERS)
 def test_setup_parallelism_is_the_strategy(name):
     doc = _doc(name)

@@ -46,6 +46,7 @@ def test_two_captures_of_one_job_in_one_folder(tmp_path):
     assert names(old["ranks"][0]["files"]) == names(older) and old["runs"]["selected"] == 1
 
 
+@pytest.mark.slow  # sixteen runs read and told apart
 def test_folder_of_sixteen_runs_in_sub_folders(tmp_path):
     shutil.copytree(GPU, tmp_path / "gpu")
     subs = sorted(p for p in (tmp_path / "gpu").iterdir() if p.is_dir())

@@ -150,6 +150,7 @@ def _decode_png(path: Path) -> np.ndarray:
     return imread(str(path))
 
 
+@pytest.mark.slow  # starts a headless browser
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 def test_html_in_chromium(tmp_path, request):
     need(DIFF_CONTROL)

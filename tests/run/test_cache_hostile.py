@@ -134,6 +134,7 @@ def test_forged_and_moved_entries_are_misses(tmp_path):
     assert cache.get(c, cfg) is not None
 
 
+@pytest.mark.slow  # writes and refuses a large crafted table
 def test_a_large_crafted_table_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """A Parquet table of 20 million rows that compresses to a few hundred KB, sealed with the cache's own secret
     (the second line of defence: the seal is the first), under the columns key of a small real trace: its footer is
