@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 from gpu_diff_fixtures import FIXTURES, diff_of
 
