@@ -1,4 +1,4 @@
-"""Session fixtures: real CPU DDP captures, made once per test session into temporary folders.
+"""Session fixtures: real CPU captures, made once per test session into temporary folders, and the test tiers.
 
 Captures are lazy (a fixture runs only when a test asks for it) and cached for
 the session, so the suite pays for each distinct capture once (a few seconds
@@ -9,6 +9,15 @@ Fixtures:
   cpu_baseline_run     baseline preset, 2 ranks, num_workers=0 (sync every micro-batch, tiny buckets, ...)
   cpu_slow_loader_run  optimized, num_workers=0, a sleep per sample: the loader dominates the step
   cpu_capture_factory  call it with capture_cpu's arguments (minus out_dir) for any other capture
+  comm_capture         ``comm_capture(name)``: the communication captures of comm_captures.SPECS
+  comm_report          ``comm_report(name)``: their analyses, made once
+  no_ddp_run           a plain-torch loop without DDP, two windows (script_captures.NO_DDP_LOOP)
+  closure_fused_run    a loop stepping inside ``optimizer.step(closure)``, fused AdamW (script_captures.CLOSURE_LOOP)
+  closure_single_run   the same loop with a per-parameter AdamW
+  allreduce_job_run    tests/allreduce_job.py under torchrun: all-reduces without DDP
+
+Tiers (markers, pyproject.toml): a test that asks for any of these fixtures is marked ``capture`` here, so the
+default run (``pytest -q``), which deselects ``capture``, ``slow`` and ``timing``, makes no capture at all.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("traceinspect") is None:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
-from cpu_capture import capture_cpu  # noqa: E402  (tests/ is on sys.path under pytest)
+from cpu_capture import SLOW_ITEM_DELAY_MS, capture_cpu  # noqa: E402  (tests/ is on sys.path under pytest)
+from script_captures import capture_allreduce_job, capture_closure, capture_no_ddp  # noqa: E402
 
 try:  # property tests check results, not how fast one example runs: a busy 2-core machine must not fail them
     from hypothesis import settings as _hypothesis_settings
@@ -50,18 +60,6 @@ def pytest_unconfigure(config) -> None:
     import shutil
 
     shutil.rmtree(os.environ.pop("TRACEINSPECT_CACHE_DIR", ""), ignore_errors=True)
-
-#: Sample delay for the slow-loader capture: 32 samples per step x 15 ms ~ 480 ms of loading per step, against
-#: ~20-60 ms of compute for the small mlp below (several times that on 2 cores shared with other work: the loading
-#: must still dominate there).
-SLOW_ITEM_DELAY_MS = 15.0
-#: Sample delay on the slow rank of the straggler captures (8 samples x 4 micro-batches: 384 ms per step), an order
-#: of magnitude above the lateness a busy 2-core host gives a rank at random (tens of ms).
-STRAGGLER_ITEM_DELAY_MS = 12.0
-#: Sample delay of the loader-worker captures (8 samples a batch: 80 ms a batch per worker), well above what a busy
-#: host adds to a batch.
-WORKER_ITEM_DELAY_MS = 10.0
-
 
 def _need_torch() -> None:
     pytest.importorskip("torch", reason="torch is needed to capture traces: pip install 'traceinspect[capture]'")
@@ -101,3 +99,80 @@ def cpu_slow_loader_run(cpu_capture_factory: Callable[..., Path]) -> Path:
     return cpu_capture_factory(preset="optimized",
                                overrides={"num_workers": 0, "item_delay_ms": SLOW_ITEM_DELAY_MS,
                                           "mlp_hidden": 1024})
+
+
+@pytest.fixture(scope="session")
+def comm_capture(cpu_capture_factory: Callable[..., Path]) -> Callable[[str], Path]:
+    """``comm_capture(name) -> folder`` for the communication captures of tests/comm_captures.py (SPECS)."""
+    from comm_captures import spec
+
+    return lambda name: cpu_capture_factory(**spec(name))
+
+
+@pytest.fixture(scope="session")
+def comm_report(comm_capture: Callable[[str], Path]) -> Callable[[str], Any]:
+    """``comm_report(name) -> analysis`` of a communication capture, analyzed once per session."""
+    from traceinspect.config import Config
+    from traceinspect.load.reader import load
+    from traceinspect.run.stages import analyze
+
+    nocache = Config(use_cache=False, workers=1)
+    done: dict[str, Any] = {}
+
+    def report(name: str) -> Any:
+        if name not in done:
+            folder = comm_capture(name)
+            done[name] = analyze(load(folder, nocache), nocache)
+        return done[name]
+
+    return report
+
+
+@pytest.fixture(scope="session")
+def no_ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training loop without DDP, one process, profiled with a repeating schedule: two windows, the second ending
+    in a stub of a step (script_captures.NO_DDP_LOOP)."""
+    _need_torch()
+    return capture_no_ddp(tmp_path_factory.mktemp("no_ddp") / "run")
+
+
+@pytest.fixture(scope="session")
+def closure_fused_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The training step in ``optimizer.step(closure)`` with a fused AdamW (script_captures.CLOSURE_LOOP)."""
+    _need_torch()
+    return capture_closure(tmp_path_factory.mktemp("closure_fused"), "fused")
+
+
+@pytest.fixture(scope="session")
+def closure_single_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same closure loop with a per-parameter AdamW (foreach=False)."""
+    _need_torch()
+    return capture_closure(tmp_path_factory.mktemp("closure_single"), "single")
+
+
+@pytest.fixture(scope="session")
+def allreduce_job_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/allreduce_job.py under torchrun (2 gloo ranks): all-reduces with torch.distributed, no DDP."""
+    _need_torch()
+    out = tmp_path_factory.mktemp("allreduce_job")
+    p = capture_allreduce_job(out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out
+
+
+#: The fixtures that make a capture: a test that asks for one (directly, through another fixture, or by name as a
+#: parameter it passes to ``request.getfixturevalue``) is in the ``capture`` tier.
+CAPTURE_FIXTURES = frozenset({"cpu_capture_factory", "cpu_clean_run", "cpu_baseline_run", "cpu_slow_loader_run",
+                              "comm_capture", "comm_report", "no_ddp_run", "closure_fused_run", "closure_single_run",
+                              "allreduce_job_run"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark ``capture`` every test whose fixtures make a capture, so the tier follows the fixtures a test asks for.
+    A helper that reaches a capture by a name the test does not pass (``analyzed_runs.real_cpu_run``) is marked by
+    hand."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        named = {v for v in params.values() if isinstance(v, str)}
+        if CAPTURE_FIXTURES & (set(getattr(item, "fixturenames", ())) | named):
+            item.add_marker(pytest.mark.capture)

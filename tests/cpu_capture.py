@@ -15,6 +15,17 @@ from typing import Any, Mapping
 #: Knob values every test capture starts from: small batches, no loader worker processes.
 CPU_SMALL: dict[str, Any] = {"batch_size": 8, "num_workers": 0}
 
+#: Sample delay for the slow-loader capture: 32 samples per step x 15 ms ~ 480 ms of loading per step, against
+#: ~20-60 ms of compute for the small mlp of conftest.py's ``cpu_slow_loader_run`` (several times that on 2 cores shared with other work: the loading
+#: must still dominate there).
+SLOW_ITEM_DELAY_MS = 15.0
+#: Sample delay on the slow rank of the straggler captures (8 samples x 4 micro-batches: 384 ms per step), an order
+#: of magnitude above the lateness a busy 2-core host gives a rank at random (tens of ms).
+STRAGGLER_ITEM_DELAY_MS = 12.0
+#: Sample delay of the loader-worker captures (8 samples a batch: 80 ms a batch per worker), well above what a busy
+#: host adds to a batch.
+WORKER_ITEM_DELAY_MS = 10.0
+
 #: Seconds after which a capture is stopped (a hung gloo rendezvous must not hang the suite).
 CAPTURE_TIMEOUT_S = 240
 

@@ -15,6 +15,7 @@ import pytest
 
 from traceinspect.config import Config
 from traceinspect.run.api import analyze_path
+from analyses import doc_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 FSDP = ("fsdp2_2", "fsdp2_4", "fsdp2_noreshard", "fsdp2_prefetch")
@@ -26,7 +27,7 @@ COMM = ("gloo:", "c10d::", "record_param_comms")
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def _uncovered(a: float, b: float, busy: list[tuple[float, float]]) -> float:

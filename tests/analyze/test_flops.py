@@ -139,6 +139,7 @@ def _rank(folder: Path):
     return analyze_rank(trace.ranks[0])
 
 
+@pytest.mark.capture  # the models captured in process (``captured``)
 @pytest.mark.parametrize("kind,batch,accum", [("lm", 4, 2), ("lm", 8, 1), ("conv", 4, 2), ("conv", 16, 1)])
 def test_model_flops_match_torch_flop_counter(captured, kind, batch, accum):
     folder, expected = captured(kind, batch, accum)
@@ -160,6 +161,7 @@ def test_model_flops_match_torch_flop_counter(captured, kind, batch, accum):
     assert t.gpu_hours_per_million_samples is None and t.reasons["gpu_hours_per_million_samples"]
 
 
+@pytest.mark.capture  # the models captured in process (``captured``)
 def test_causal_attention_is_counted_whole_and_its_skipped_half_reported(captured):
     folder, _ = captured("lm", 4, 2)
     ra = _rank(folder)
@@ -172,6 +174,7 @@ def test_causal_attention_is_counted_whole_and_its_skipped_half_reported(capture
     assert ra.steps["causal_skipped_flops"].tolist() == [per_micro * 2 / 2] * 2
 
 
+@pytest.mark.capture  # the models captured in process (``captured``)
 def test_batch_and_tokens_from_shapes_without_metadata(captured):
     folder, _ = captured("lm", 8, 2, metadata=False)
     ra = _rank(folder)
@@ -185,6 +188,7 @@ def test_batch_and_tokens_from_shapes_without_metadata(captured):
     assert t.tokens_per_s == pytest.approx(t.samples_per_s * SEQ)
 
 
+@pytest.mark.capture  # the models captured in process (``captured``)
 def test_image_model_has_no_tokens(captured):
     folder, _ = captured("conv", 4, 2, metadata=False)
     t = rank_throughput(_rank(folder))
@@ -192,6 +196,7 @@ def test_image_model_has_no_tokens(captured):
     assert t.tokens_per_step is None and t.tokens_per_s is None and "token ids" in t.reasons["tokens_per_s"]
 
 
+@pytest.mark.capture  # the models captured in process (``captured``)
 def test_without_shapes_the_flops_are_null_with_the_reason(captured):
     folder, _ = captured("lm", 4, 1, shapes=False, metadata=False)
     ra = _rank(folder)

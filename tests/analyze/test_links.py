@@ -76,6 +76,7 @@ def events(request):
     return load(need(request.param), Config(use_cache=False, workers=1)).ranks[0].events
 
 
+@pytest.mark.slow  # every event of the 8-rank A100 trace joined twice
 @pytest.mark.parametrize("one_key", [True, False], ids=["one-integer", "two-columns"])
 def test_joins_equal_the_two_column_joins(events, one_key, monkeypatch):
     if not one_key:  # ids too large for one integer: the functions fall back to joining on both columns

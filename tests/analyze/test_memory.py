@@ -2,19 +2,17 @@
 
 The public traces recorded with ``profile_memory`` (a V100 DDP rank, an MI300 inference run with ROCm's device type
 6) are read with the standard library here and every per-step number is computed again from the raw events; CPU
-captures made in the test at two batch sizes check the prediction of the peak at another batch, and one with the
-reference workload's planted leak (``keep_outputs``) checks that the growth and the op that leaks are named.
+captures made in the test session at two batch sizes check the prediction of the peak at another batch (the planted
+leak that memory-growth names: tests/diagnose/test_memory_growth.py).
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from memory_raw import independent_steps, mem_events, raw_doc
 from public_traces import PUBLIC, need
 from traceinspect.analyze.rank import analyze_rank
 from traceinspect.config import Config
@@ -25,19 +23,8 @@ MI300 = PUBLIC / "tracelens_mi300_memory"
 NOCACHE = Config(use_cache=False, workers=1)
 
 
-def _raw(folder: Path) -> dict:
-    (path,) = sorted(folder.glob("*.json*"))
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
-
-
-def _mem_events(doc: dict, device_types) -> list[dict]:
-    return [e for e in doc["traceEvents"] if e.get("ph") == "i" and e.get("name") == "[memory]"
-            and e["args"].get("Device Type") in device_types]
-
-
 def test_instants_are_every_memory_event_exactly():
-    doc = _raw(need(V100))
+    doc = raw_doc(need(V100))
     raw = [e for e in doc["traceEvents"] if e.get("ph") == "i" and e.get("name") == "[memory]"]
     (rank,) = load(str(V100), NOCACHE).ranks
     inst = rank.instants
@@ -50,36 +37,10 @@ def test_instants_are_every_memory_event_exactly():
     assert rank.device_capacity[1] == next(p["totalGlobalMem"] for p in doc["deviceProperties"] if p["id"] == 1)
 
 
-def _independent_steps(doc: dict, device_types) -> dict[int, dict]:
-    """Per ProfilerStep: start/peak/end allocated and peak reserved, from the raw events alone."""
-    mem = sorted(_mem_events(doc, device_types), key=lambda e: e["ts"])
-    base = doc.get("baseTimeNanoseconds")  # not needed: steps and memory share the trace's clock
-    del base
-    out = {}
-    for s in doc["traceEvents"]:
-        name = str(s.get("name", ""))
-        if s.get("ph") != "X" or not name.startswith("ProfilerStep#") or s.get("cat") == "gpu_user_annotation":
-            continue
-        inside = [e for e in mem if s["ts"] <= e["ts"] < s["ts"] + s["dur"]]
-        if not inside:
-            continue
-        before = [e for e in mem if e["ts"] < s["ts"]]
-        first = inside[0]["args"]
-        out[int(name.split("#")[1])] = {
-            "start_allocated": first["Total Allocated"] - first["Bytes"],
-            "peak_allocated": max(max(e["args"]["Total Allocated"] for e in inside),
-                                  first["Total Allocated"] - first["Bytes"]),
-            "peak_reserved": max([e["args"]["Total Reserved"] for e in inside]
-                                 + ([before[-1]["args"]["Total Reserved"]] if before else [])),
-            "end_allocated": inside[-1]["args"]["Total Allocated"],
-        }
-    return out
-
-
 @pytest.mark.parametrize("folder,types", [(V100, (1,)), (MI300, (6,))], ids=["v100-cuda", "mi300-hip"])
 def test_per_step_memory_matches_the_raw_events(folder, types):
-    doc = _raw(need(folder))
-    want = _independent_steps(doc, types)
+    doc = raw_doc(need(folder))
+    want = independent_steps(doc, types)
     (rank,) = load(str(folder), NOCACHE).ranks
     ra = analyze_rank(rank, NOCACHE)
     ms = ra.tables["memory_steps"].set_index("step")
@@ -97,14 +58,14 @@ def test_per_step_memory_matches_the_raw_events(folder, types):
 def test_the_peak_is_made_of_what_is_alive_at_it():
     """What holds the peak sums to the peak: the allocations the trace saw being made and still alive, plus what
     was allocated before the recording (computed here by pairing each address's allocation with its free)."""
-    doc = _raw(need(V100))
+    doc = raw_doc(need(V100))
     (rank,) = load(str(V100), NOCACHE).ranks
     ra = analyze_rank(rank, NOCACHE)
     ms = ra.tables["memory_steps"]
     peak = int(ms["peak_allocated"].max())
     holders = ra.tables["memory_peak"]
     assert int(holders["bytes"].sum()) == peak
-    mem = sorted(_mem_events(doc, (1,)), key=lambda e: e["ts"])
+    mem = sorted(mem_events(doc, (1,)), key=lambda e: e["ts"])
     at = max(range(len(mem)), key=lambda i: mem[i]["args"]["Total Allocated"])
     live: dict[int, int] = {}
     for e in mem[:at + 1]:
@@ -127,7 +88,7 @@ def test_a_trace_without_memory_events_says_why(tmp_path):
     assert not [f for f in d["findings"] if f["id"].startswith("memory")]
 
 
-# --- CPU captures: the prediction at another batch, the leak -------------------------------------------------------
+# --- CPU captures: the prediction at another batch -------------------------------------------------------------
 
 def _host_peak(folder: Path) -> tuple[int, object]:
     from traceinspect.load.reader import load as load_folder
@@ -154,25 +115,3 @@ def test_predicted_peak_at_another_batch_within_ten_percent(batch_pair):
     assert abs(pred[2048] - p_big) <= 0.10 * p_big
     from traceinspect.analyze.outlook import predicted_peak
     assert abs(predicted_peak(ra_big.tables["memory_scaling"], 2048, 512) - p_small) <= 0.10 * p_small
-
-
-def test_a_planted_leak_names_its_op(cpu_capture_factory):
-    from traceinspect.run import report_folder
-
-    folder = cpu_capture_factory(preset="optimized", nproc=1, profile_memory=True,
-                                 overrides={"num_workers": 0, "accum_steps": 1, "keep_outputs": True,
-                                            "probe_loader": False, "batch_size": 64, "num_classes": 4096})
-    rep = report_folder(str(folder), NOCACHE.with_overrides(memory_growth_min_bytes=512 * 1024))
-    d = rep.to_dict()
-    (f,) = [f for f in d["findings"] if f["id"] == "memory-growth"]
-    ev = f["evidence"]["per_rank"][0]
-    out_bytes = 64 * 4096 * 4  # the kept fp32 output of one micro-batch
-    assert abs(ev["growth_bytes_per_step"] - out_bytes) <= 0.05 * out_bytes
-    assert ev["growers"][0]["op"] == "aten::linear" and ev["growers"][0]["phase"] == "forward"
-    assert f["bytes_at_stake"] == ev["end_allocated_bytes"][-1] - ev["end_allocated_bytes"][0]
-    clean = cpu_capture_factory(preset="optimized", nproc=1, profile_memory=True,
-                                overrides={"num_workers": 0, "accum_steps": 1, "probe_loader": False,
-                                           "batch_size": 64, "num_classes": 4096})
-    d2 = report_folder(str(clean), NOCACHE.with_overrides(memory_growth_min_bytes=512 * 1024)).to_dict()
-    assert not [f for f in d2["findings"] if f["id"] == "memory-growth"]
-    assert np.isclose(d2["ranks"][0]["memory"]["growth_bytes_per_step"], 0.0, atol=out_bytes / 10)

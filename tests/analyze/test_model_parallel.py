@@ -14,6 +14,7 @@ from traceinspect.analyze.strategy import run_strategy
 from traceinspect.config import Config
 from traceinspect.report.build import build_doc
 from traceinspect.run.api import analyze_path
+from analyses import analysis_of
 
 PP = ("pp_1f1b", "pp_gpipe", "pp2_m4", "pp2_m8", "pp2_gpipe", "pp2_1f1b", "pp4_m4", "pp4_m8")
 TP = ("tp_2", "tp_4", "tp2_replicate", "tp2_rowwise")
@@ -22,7 +23,7 @@ NOT_PP = ("fsdp2_2", "tp_2")
 
 @lru_cache(maxsize=None)
 def _report(name: str):
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1))
+    return analysis_of(FIXTURES / name)
 
 
 def _check(name: str, col: str, share: str, count: str, names, counted):

@@ -124,11 +124,13 @@ def _check(folder: Path) -> None:
             assert (setup[key] is None) == (key in setup["not_recorded"]), key
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FIXTURE_FOLDERS, ids=_ids)
 def test_setup_matches_raw_events_on_fixtures(folder):
     _check(folder)
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", PUBLIC_FOLDERS or [PUBLIC / "absent"], ids=lambda p: p.name)
 def test_setup_matches_raw_events_on_public_traces(folder):
     if not folder.exists():

@@ -60,6 +60,7 @@ class _Http(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow  # each unreachable scheduler is waited for, up to the 10 s the CLI allows
 def test_scheduler_waits_are_bounded_and_named(tmp_path):
     distributed = pytest.importorskip("dask.distributed")
     from traceinspect.run.dask import SCHEDULER_TIMEOUT_S
@@ -139,6 +140,7 @@ def four_ranks(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # kills reports mid-run and waits for their workers
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_pool_workers_die_with_report(four_ranks, tmp_path, sig):

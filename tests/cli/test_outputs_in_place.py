@@ -45,6 +45,7 @@ def test_json_to_dev_null_leaves_the_device():
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev and after.st_ino == before.st_ino
 
 
+@pytest.mark.slow  # a report of the largest fixture
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node (mknod) needs root")
 def test_json_to_a_device_node_of_our_own_leaves_it_a_device(tmp_path):
     node = tmp_path / "null"

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from analyses import stages_doc_of, stages_of
 from reference import union_us  # noqa: F401  (re-exported for the tests here)
 
-import functools
+import copy
 import gzip
 import json
 import re
 from pathlib import Path
 
 from traceinspect.config import Config
-from traceinspect.run.stages import analyze
-from traceinspect.load.reader import load
+from traceinspect.diagnose.engine import finish
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "fixtures" / "gpu"
@@ -21,14 +21,14 @@ CFG = Config(use_cache=False, workers=1)
 
 
 def report(folder: Path) -> dict:
-    return analyze(load(folder, CFG), CFG).to_dict()
+    """The report of a folder as its JSON document, analyzed once per session (a copy of its own)."""
+    return stages_doc_of(folder)
 
 
-@functools.lru_cache(maxsize=None)
 def analysis(folder: Path):
     """The live report of a folder (findings as ``Finding``, ranks as ``RankAnalysis``), analyzed once per test
-    session: read it, do not change it."""
-    return analyze(load(folder, CFG), CFG)
+    session (analyses.stages_of): read it, do not change it."""
+    return stages_of(folder)
 
 
 def findings(folder: Path) -> dict:
@@ -50,3 +50,31 @@ def steps_of(ev: list) -> list[dict]:
                   key=lambda e: e["ts"])
 
 
+
+
+def raw_one(folder: Path) -> dict:
+    """The one gzipped trace file of a single-rank folder, parsed with the standard library."""
+    (path,) = sorted(Path(folder).glob("*.json.gz"))
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def launched_in(ev: list, step: dict) -> set:
+    """Correlation ids of the runtime calls made inside a ProfilerStep annotation."""
+    a, b = step["ts"], step["ts"] + step["dur"]
+    return {e["args"]["correlation"] for e in ev
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and a <= e["ts"] < b and "correlation" in e["args"]}
+
+
+def finding(rep, rule_id: str):
+    """The one finding of ``rule_id`` in a live analysis, or None (never two)."""
+    found = [f for f in rep.findings if f.id == rule_id]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def rerun(rep, edit):
+    """CONSTRUCTED: the rules again, over a copy of the real per-rank analyses after ``edit(ra)`` (which edits a
+    table in place or returns the changed record)."""
+    ranks = [edit(ra) or ra for ra in copy.deepcopy(rep.ranks)]
+    return finish(rep.source, ranks, rep.skipped, rep.world_size, CFG)

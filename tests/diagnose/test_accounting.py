@@ -14,7 +14,7 @@ from traceinspect.config import DEFAULT, Config
 from traceinspect.diagnose.accounting import grade
 from traceinspect.run.api import analyze_path
 
-from conftest import STRAGGLER_ITEM_DELAY_MS
+from cpu_capture import STRAGGLER_ITEM_DELAY_MS
 from public_traces import PUBLIC
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -46,11 +46,13 @@ def _check_adds_up(d: dict) -> None:
         assert v["projected_step_us"] <= v["step_us"]
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_claims_add_up_to_at_most_the_step_on_fixtures(folder):
     _check_adds_up(report(folder))
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", PUBLIC_FOLDERS, ids=lambda p: p.name)
 def test_claims_add_up_to_at_most_the_step_on_public_traces(folder):
     _check_adds_up(report(folder))

@@ -13,9 +13,8 @@ import msgspec
 import pytest
 
 from strategy_raw import FIXTURES, windows
-from traceinspect.config import Config
 from traceinspect.diagnose import get_rule
-from traceinspect.run.api import analyze_path
+from analyses import analysis_of
 
 RULE = "fsdp-exposed-reducescatter"
 POSITIVE = ["fsdp2_accum3", "fsdp2_accum4_w1024"]
@@ -25,7 +24,7 @@ REDUCTIONS = ("FSDP::post_backward_reduce", "FSDP::post_backward_rs_wait")
 
 @lru_cache(maxsize=None)
 def report(name: str):
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1))
+    return analysis_of(FIXTURES / name)
 
 
 def finding(name: str) -> dict | None:

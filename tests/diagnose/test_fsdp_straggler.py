@@ -24,6 +24,7 @@ import pytest
 from strategy_raw import union
 from traceinspect.config import Config
 from traceinspect.run.api import analyze_path
+from analyses import doc_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 LOADER_NEXT = "enumerate(DataLoader)#"
@@ -31,7 +32,7 @@ LOADER_NEXT = "enumerate(DataLoader)#"
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def _loader_ms_per_step(name: str) -> dict[int, float]:

@@ -1,11 +1,12 @@
-"""host-sync on real H200 traces: it names the op that syncs, links the finding that owns the time of pageable
+"""host-sync on real H200 traces: the time blocked per step matches the raw JSON's synchronizing and pageable-copy
+calls (quiet once they are fixed), it names the op that syncs, links the finding that owns the time of pageable
 copies, and recognizes DDP's own event syncs of its first iterations (profile later, not "remove .item()")."""
 
 from __future__ import annotations
 
 import pytest
 
-from _real import GPU, PAIRS, findings, raw_files, steps_of
+from _real import GPU, PAIRS, findings, raw_files, raw_one, steps_of
 from public_traces import DIFF_TEST, need
 
 
@@ -64,3 +65,21 @@ def test_item_through_a_pageable_scalar_copy_is_not_a_copy_problem():
     f = findings(DIFF_TEST)["host-sync"]
     assert f["evidence"]["per_rank"][0]["top_calls"][0]["op"] == "aten::_local_scalar_dense"
     assert "owned_by" not in f["evidence"] and "loss.detach()" in f["fix"]
+
+
+def test_host_sync_on_pageable_copies_and_quiet_when_fixed():
+    folder = GPU / "big_baseline"
+    ev = raw_one(folder)["traceEvents"]
+    f = findings(folder)["host-sync"]
+    pageable = {e["args"]["correlation"] for e in ev if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"]}
+    blocked = []
+    for s in steps_of(ev):
+        a, b = s["ts"], s["ts"] + s["dur"]
+        calls = [e for e in ev if e.get("cat") == "cuda_runtime" and a <= e["ts"] < b and (
+            e["name"] in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+            or e["args"].get("correlation") in pageable)]
+        blocked.append(sum(min(e["ts"] + e["dur"], b) - e["ts"] for e in calls))
+    per = f["evidence"]["per_rank"][0]
+    assert per["blocked_us_per_step"] == pytest.approx(sum(blocked) / len(blocked), rel=1e-6)
+    assert per["top_calls"][0]["call"] == "cudaMemcpyAsync"
+    assert "host-sync" not in findings(GPU / "big_optimized")

@@ -13,6 +13,8 @@ from _real import PAIRS, raw_files, report, steps_of
 from reference import capturable_intervals, issuing_tids, launch_wait_us, launch_wait_within_us, union_us
 from traceinspect.config import DEFAULT
 
+pytestmark = pytest.mark.slow  # the launch wait recomputed event by event from the raw JSON of the largest fixtures
+
 SETUP = Path(__file__).resolve().parents[2] / "fixtures" / "gpu_setup"
 SHARE = DEFAULT.launch_bound_idle_share
 

@@ -18,8 +18,9 @@ import pytest
 import statistics
 
 from strategy_raw import FIXTURES, P2P, capture_extra, per_step, saving
-from traceinspect.config import Config
-from traceinspect.run.api import analyze_path
+from analyses import doc_of
+
+pytestmark = pytest.mark.slow  # the pipeline and tensor-parallel pairs analyzed: claims against measured savings
 
 STEP, BUBBLE = 0, 1
 OPTIMIZER_STEP = frozenset({"Optimizer.step#AdamW.step"})
@@ -28,7 +29,7 @@ MATMULS = frozenset({"aten::mm", "aten::addmm"})
 
 @lru_cache(maxsize=None)
 def report(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def found(name: str, rule: str) -> dict | None:

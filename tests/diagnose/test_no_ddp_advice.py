@@ -14,6 +14,7 @@ import pytest
 from traceinspect.config import Config
 from traceinspect.diagnose import all_rules
 from traceinspect.run.api import analyze_path
+from analyses import doc_of
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_strategies"
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -22,13 +23,14 @@ DDP_API = re.compile(r"bucket_cap_mb|no_sync|DistributedDataParallel|gradient_as
 
 @lru_cache(maxsize=None)
 def _doc(name: str) -> dict:
-    return analyze_path(FIXTURES / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(FIXTURES / name)
 
 
 def test_every_strategy_folder_is_checked():
     assert {"fsdp2_2", "fsdp2_4", "tp_2", "pp_1f1b"} <= set(FOLDERS)
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("name", FOLDERS)
 def test_no_ddp_advice(name):
     doc = _doc(name)
@@ -38,6 +40,7 @@ def test_no_ddp_advice(name):
         assert not DDP_API.search(text), (name, f["id"], DDP_API.search(text).group(0))
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("name", FOLDERS)
 def test_setup_parallelism_is_the_strategy(name):
     doc = _doc(name)
@@ -52,22 +55,12 @@ def test_ddp_only_rules_declare_it():
         assert not by_id[rid].applies_to(("fsdp2",)) and by_id[rid].applies_to(("ddp",))
 
 
-def test_an_allreduce_job_without_ddp_gets_no_ddp_advice(tmp_path):
+def test_an_allreduce_job_without_ddp_gets_no_ddp_advice(allreduce_job_run):
     """A real gloo capture of a loop that all-reduces tensors with torch.distributed directly (tests/allreduce_job.py:
     no DistributedDataParallel, no autograd): every all-reduce of a step once read as DDP's gradient buckets, so
     exposed-comm advised DistributedDataParallel(bucket_cap_mb=...). The trace's CPU ops show none of DDP's marks:
     no strategy is named, and no finding names DDP's API or its buckets."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("torch")
-    root = Path(__file__).resolve().parents[2]
-    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(root / "tests" / "allreduce_job.py"), str(tmp_path)], capture_output=True, text=True,
-                       timeout=240, env=env)
-    assert p.returncode == 0, p.stderr[-2000:]
-    doc = analyze_path(tmp_path, Config(use_cache=False, workers=1)).to_dict()
+    doc = analyze_path(allreduce_job_run, Config(use_cache=False, workers=1)).to_dict()
     assert doc["strategy"]["kinds"] == [] and all(r["setup"]["parallelism"] is None for r in doc["ranks"])
     assert any(f["id"] == "exposed-comm" for f in doc["findings"])  # its communication is still reported
     for f in doc["findings"]:

@@ -17,6 +17,8 @@ from traceinspect.run.api import analyze_path
 import pairs
 from pairs import NOISY_PAIRS, PAIRS, PAIRS_DIR, REPEATED_PAIRS, judge, measured, measured_repeated
 
+pytestmark = pytest.mark.slow  # every problem fixture and its twin analyzed: claims against measured savings
+
 # Pairs the model is known to miss (strict: passing means the model learned to see it, and the mark must go).
 KNOWN_MISSES: dict[str, str] = {}
 

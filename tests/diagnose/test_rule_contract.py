@@ -13,7 +13,8 @@ import msgspec
 import pytest
 
 from traceinspect import diagnose
-from traceinspect.diagnose import RULE_MODULES, Rule, all_rules, load_rules
+from traceinspect.diagnose import (RULE_MODULES, Rule, all_rules, doc_of, exposed_comm, get_rule, load_rules,
+                                   small_buckets, straggler, sync_every_microstep)
 from traceinspect.diagnose.engine import finish
 from traceinspect.diagnose.tables import findings_tables, generated_part
 
@@ -124,11 +125,41 @@ def test_the_evidence_json_is_the_record(rule):
             if not getattr(rule.evidence, "FIX_ONLY", ()):
                 assert rule.fix(record, setups.get(d["ranks"][0])) == f.fix  # fitted to the titled rank's setup
     # FSDP's, the pipeline's and tensor parallel's rules fire on CPU captures only: tests/diagnose/test_fsdp_pairs.py,
-    # test_fsdp_reducescatter.py and test_model_parallel_rules.py check their records; the memory rules that need a
-    # card near full, a leak or DDP's metadata fire on CPU captures and the GPU memory fixtures
-    # (tests/diagnose/test_thresholds.py, test_ddp_gradient_copies.py, tests/analyze/test_memory.py)
+    # test_fsdp_reducescatter.py, test_pipeline_bubble.py and test_tp_exposed_comm.py check their records; the
+    # memory rules that need a card near full, a leak or DDP's metadata fire on CPU captures and the GPU memory
+    # fixtures (tests/diagnose/test_thresholds.py, test_ddp_gradient_copies.py, tests/analyze/test_memory.py)
     cpu_only = ("straggler", "exposed-comm", "fsdp-exposed-allgather", "fsdp-exposed-reducescatter",
                 "pipeline-bubble", "tp-exposed-comm", "memory-near-full", "memory-growth", "ddp-gradient-copies")
     if not MEMORY[0].exists() and rule.id in ("allocator-slack", "memory-headroom"):
         pytest.skip("fires on the public traces recorded with memory events, not present here")
     assert seen or rule.id in cpu_only, "fires on a real fixture"
+
+
+@pytest.mark.parametrize("mod", [small_buckets, sync_every_microstep, exposed_comm, straggler])
+def test_rule_modules_are_documented(mod):
+    assert get_rule(mod.RULE.id) is mod.RULE
+    doc = mod.__doc__
+    for part in ("**Detects**", "**Condition**", "**Why it matters**", "**Fix**"):
+        assert part in doc, (mod.RULE.id, part)
+    assert mod.RULE.title and mod.RULE.doc == doc.strip()
+
+
+#: The precision, launch and optimizer rules, by module
+MINE = {
+    "no_mixed_precision": "no-mixed-precision",
+    "gradscaler_with_bf16": "gradscaler-with-bf16",
+    "launch_bound": "launch-bound",
+    "optimizer_not_fused": "optimizer-not-fused",
+    "tensor_core_alignment": "tensor-core-alignment",
+}
+
+
+@pytest.mark.parametrize("module,rule_id", sorted(MINE.items()))
+def test_rules_are_registered_and_documented(module, rule_id):
+    assert module in RULE_MODULES
+    mod = get_rule(rule_id)
+    assert mod is not None and mod.ID == rule_id and mod.TITLE
+    doc = doc_of(mod)
+    assert doc.startswith(rule_id + ":")
+    for part in ("**Condition**", "**Fix**", "::"):
+        assert part in doc

@@ -93,6 +93,7 @@ def test_every_rule_with_settings_has_a_fixture():
     assert {rid for rid, _ in CASES} <= set(WHERE)
 
 
+@pytest.mark.slow  # every threshold of every rule, each on its own analysis
 @pytest.mark.parametrize("rule_id, name", CASES, ids=[f"{r}:{n}" for r, n in CASES])
 def test_every_listed_threshold_changes_its_rules_finding(rule_id, name, request):
     if DIFF_CONTROL in WHERE[rule_id]:

@@ -12,16 +12,16 @@ from functools import lru_cache
 
 import pytest
 
-from traceinspect.config import DEFAULT, Config
+from traceinspect.config import DEFAULT
 from traceinspect.render.html import render_html
 from traceinspect.render.markdown import render_markdown
 from traceinspect.render.text import render_text
-from traceinspect.run.api import analyze_path
 
 import twins
-from test_fix_fits_setup import contradictions
+from fix_checks import contradictions
 from reference import capturable_intervals, issuing_tids, launch_wait_us, launch_wait_within_us, union_us
 from twins import PARTIAL, ROWS, TWINS_DIR, count, launch_wait, measured
+from analyses import doc_of
 
 NAMES = ("graph_eager", "graph_replay", "train_eager", "train_compiled", "train_graphs", "fsdp2_1gpu")
 COMPILED = {"train_compiled", "train_graphs"}
@@ -31,7 +31,7 @@ TRAINING = {"train_eager", "train_compiled", "train_graphs", "fsdp2_1gpu"}
 
 @lru_cache(maxsize=None)
 def report(name: str) -> dict:
-    return analyze_path(TWINS_DIR / name, Config(use_cache=False, workers=1)).to_dict()
+    return doc_of(TWINS_DIR / name)
 
 
 def setup(name: str) -> dict:

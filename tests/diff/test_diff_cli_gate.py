@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 from gpu_diff_fixtures import FIXTURES, diff_of
 
@@ -23,6 +24,7 @@ def cli(*args):
                           timeout=600)
 
 
+@pytest.mark.slow  # a dozen reports and diffs on the command line
 def test_gate_exit_codes_with_several_captures_and_a_saved_baseline(tmp_path):
     cache = tmp_path / "cache"
     f = lambda n: FIXTURES / n  # noqa: E731

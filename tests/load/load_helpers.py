@@ -1,33 +1,18 @@
-"""Helpers for the load tests: copying real captures into temporary folders, a plain-torch capture."""
+"""Helpers for the load tests: copying real captures into temporary folders, comparing two reports of the same
+events."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "fixtures" / "gpu"
 PAIRS = ROOT / "fixtures" / "gpu_pairs"
-
-# A training loop without DDP profiled with a repeating schedule (two windows) through tensorboard_trace_handler.
-# Its DataLoader runs out right after prof.step() opens step 7, so the second window ends in a stub of step 7.
-NO_DDP_LOOP = """
-import sys, torch
-from torch.profiler import profile, schedule, tensorboard_trace_handler, ProfilerActivity
-from torch.utils.data import DataLoader, TensorDataset
-torch.manual_seed(0)
-m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
-opt = torch.optim.SGD(m.parameters(), lr=0.1)
-loader = DataLoader(TensorDataset(torch.randn(7 * 64, 256)), batch_size=64)
-with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
-             on_trace_ready=tensorboard_trace_handler(sys.argv[1])) as p:
-    for (x,) in loader:
-        loss = m(x).sum(); opt.zero_grad(); loss.backward(); opt.step(); p.step()
-"""
-
 
 def copy_run(src: Path, dst: Path, prefix: str = "") -> list[Path]:
     """Copy a capture's trace files into ``dst`` (optionally renamed with a prefix); returns the copies."""
@@ -37,14 +22,6 @@ def copy_run(src: Path, dst: Path, prefix: str = "") -> list[Path]:
         t = dst / (prefix + f.name)
         shutil.copy(f, t)
         out.append(t)
-    return out
-
-
-def capture_no_ddp(out: Path) -> Path:
-    import pytest
-
-    pytest.importorskip("torch")
-    subprocess.run([sys.executable, "-c", NO_DDP_LOOP, str(out)], check=True, capture_output=True, timeout=240)
     return out
 
 
@@ -63,3 +40,29 @@ def plain_control(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setattr("traceinspect.load.decode.PIECE_BYTES", 1 << 20)
     monkeypatch.setattr("traceinspect.load.decode.plan_ranges.__defaults__", (1 << 20,))
     return f
+
+
+def comparable(d: dict) -> dict:
+    """The report minus what names the file (paths) and where it came from."""
+    d = json.loads(json.dumps(d))
+    d.pop("source")
+    d.pop("runs")
+    for r in d["ranks"]:
+        r.pop("files")
+    return d
+
+
+def assert_same(got, want, path: str = "report") -> None:
+    """Equal reports: the same fields and values, floats equal up to rounding (1e-9 relative)."""
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), path
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), path
+        for k in want:
+            assert_same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{path}[{i}]")
+    else:
+        assert got == want, path

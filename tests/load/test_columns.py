@@ -70,6 +70,7 @@ def _strings(col) -> list:
     return [table[c] if c >= 0 else None for c in codes]
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_columns_equal_the_reference(path):
     ref = reference(path)
@@ -110,6 +111,7 @@ def _same(a: dict, b: dict) -> None:
             assert x == y, col
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_tagged_typed_and_loose_decoders_give_the_same_columns(path):
     """Byte for byte, the three decoders a piece can take agree wherever each of them can decode the events."""

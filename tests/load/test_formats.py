@@ -16,7 +16,7 @@ from traceinspect.load import peek as pk
 from traceinspect.load.reader import load
 from traceinspect.run.api import analyze_path
 
-from load_helpers import PAIRS
+from load_helpers import PAIRS, comparable
 from public_traces import PUBLIC, need, only_file, raw_events
 
 NOCACHE = Config(use_cache=False, workers=1)
@@ -101,38 +101,12 @@ LAYOUTS = {
 }
 
 
-def _comparable(d: dict) -> dict:
-    """The report minus what names the file (paths) and where it came from."""
-    d = json.loads(json.dumps(d))
-    d.pop("source")
-    d.pop("runs")
-    for r in d["ranks"]:
-        r.pop("files")
-    return d
-
-
-def assert_same(got, want, path: str = "report") -> None:
-    """Equal reports: the same fields and values, floats equal up to rounding (1e-9 relative)."""
-    if isinstance(want, float) and isinstance(got, (int, float)):
-        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), path
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), path
-        for k in want:
-            assert_same(got[k], want[k], f"{path}.{k}")
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), path
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"{path}[{i}]")
-    else:
-        assert got == want, path
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     src = sorted((PAIRS / "two_windows").glob("*.json.gz"))[0]
     folder = tmp_path_factory.mktemp("ref")
     shutil.copy(src, folder / src.name)
-    return src, _comparable(analyze_path(folder, NOCACHE).to_dict())
+    return src, comparable(analyze_path(folder, NOCACHE).to_dict())
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -140,14 +114,14 @@ def test_any_layout_gives_the_same_report(layout, reference, tmp_path, monkeypat
     src, ref = reference
     raw = json.loads(gzip.decompress(src.read_bytes()))
     (tmp_path / "rank0.trace.json").write_text(LAYOUTS[layout](raw), newline="")
-    assert _comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
+    assert comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
     # Cut into small pieces (the fast path's work) and with the large-file peek: still the same report.
     monkeypatch.setattr(dec, "PIECE_BYTES", 1 << 16)
     monkeypatch.setattr("traceinspect.load.decode.read_pieces.__defaults__", (1 << 16,))
     monkeypatch.setattr(pk, "WHOLE_BYTES", 1 << 16)
     monkeypatch.setattr(pk, "HEAD_BYTES", 1 << 15)
     monkeypatch.setattr(pk, "TAIL_BYTES", 1 << 15)
-    assert _comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
+    assert comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
 
 
 @pytest.mark.parametrize("form", ["bom", "bare_list", "gzip", "bz2", "xz"])
@@ -167,14 +141,14 @@ def test_bom_bare_list_and_compression(form, reference, tmp_path):
 
     if not name.endswith(TRACE_SUFFIXES):
         pytest.fail(f"{name} is not discovered")
-    assert _comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
+    assert comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
 
 
 def test_zstd_when_installed(reference, tmp_path):
     zstandard = pytest.importorskip("zstandard")
     src, ref = reference
     (tmp_path / "t.json.zst").write_bytes(zstandard.ZstdCompressor().compress(gzip.decompress(src.read_bytes())))
-    assert _comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
+    assert comparable(analyze_path(tmp_path, NOCACHE).to_dict()) == ref
 
 
 @pytest.mark.parametrize("form", ["gzip_handler_name", "gzip_other_name", "plain"])

@@ -16,6 +16,8 @@ from traceinspect.run.api import analyze_path
 from load_helpers import PAIRS
 from public_traces import PUBLIC, need, only_file
 
+pytestmark = pytest.mark.slow  # thousands of broken variants of real traces
+
 NOCACHE = Config(use_cache=False, workers=1)
 MI250 = PUBLIC / "hta_mi250_rocm"
 ODD_VALUES = ["NaN", "", "x", -1, 0, 1.5, 2**70, -(2**70), True, None, [], [1, "a"], {}, {"id": "0"}, 1e308]

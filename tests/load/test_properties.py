@@ -16,8 +16,7 @@ from traceinspect.load.discover import find_trace_files
 from traceinspect.load.reader import plan_folder
 from traceinspect.run.api import analyze_path
 
-from load_helpers import GPU, PAIRS, copy_run
-from test_formats import _comparable, assert_same
+from load_helpers import GPU, PAIRS, assert_same, comparable, copy_run
 
 NOCACHE = Config(use_cache=False, workers=1)
 SRC = sorted((PAIRS / "two_windows").glob("*.json.gz"))[0]
@@ -29,7 +28,7 @@ SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(He
 def _report(text: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "rank0.json").write_text(text, newline="")
-        return _comparable(analyze_path(d, NOCACHE).to_dict())
+        return comparable(analyze_path(d, NOCACHE).to_dict())
 
 
 REF = None

@@ -13,7 +13,7 @@ from traceinspect.load.reader import load, plan_folder
 from traceinspect.run.api import analyze_path
 
 from cpu_capture import load_trace
-from load_helpers import GPU, PAIRS, ROOT, capture_no_ddp, copy_run, names
+from load_helpers import GPU, PAIRS, ROOT, copy_run, names
 
 NOCACHE = Config(use_cache=False, workers=1)
 
@@ -46,6 +46,7 @@ def test_two_captures_of_one_job_in_one_folder(tmp_path):
     assert names(old["ranks"][0]["files"]) == names(older) and old["runs"]["selected"] == 1
 
 
+@pytest.mark.slow  # sixteen runs read and told apart
 def test_folder_of_sixteen_runs_in_sub_folders(tmp_path):
     shutil.copytree(GPU, tmp_path / "gpu")
     subs = sorted(p for p in (tmp_path / "gpu").iterdir() if p.is_dir())
@@ -98,8 +99,8 @@ def test_two_rank_run_beside_a_single_rank_file(tmp_path, cpu_clean_run, cpu_cap
     assert d["runs"]["selected"] == (1 if newest_is_single else 2)
 
 
-def test_process_without_ddp_two_windows_and_the_stub(tmp_path):
-    folder = capture_no_ddp(tmp_path / "run")
+def test_process_without_ddp_two_windows_and_the_stub(no_ddp_run):
+    folder = no_ddp_run
     files = sorted(folder.glob("*.pt.trace.json"))
     assert len(files) == 2
     raws = [load_trace(f) for f in files]

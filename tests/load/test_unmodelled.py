@@ -133,6 +133,7 @@ def test_category_names_are_data(tmp_path):
     assert "\x1b" not in text and "dma\\x1b[31m_request 3 events" in text
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 def test_real_traces_have_no_unmodelled_events():
     """The public traces (and the fixtures) hold only categories read or left out on purpose: nothing is named."""
     def raw_clean(folder: Path) -> None:

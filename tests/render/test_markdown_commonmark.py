@@ -65,6 +65,7 @@ def test_every_fixture_is_found():
     assert len(FOLDERS) >= 100 and ROOT / "fixtures" / "gpu" / "big_baseline" in FOLDERS
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FOLDERS, ids=folder_id)
 def test_markdown_renders_without_stray_backslashes(folder):
     d = report(folder)

@@ -31,6 +31,7 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_number_shown_twice_agrees(folder):
     d = _doc(folder)

@@ -50,6 +50,7 @@ def same_code(printed: list[str], fix: list[str]) -> bool:
     return ast.dump(ast.parse("\n".join(printed))) == want
 
 
+@pytest.mark.slow  # a sweep over every trace at hand
 @pytest.mark.parametrize("folder", FOLDERS, ids=folder_id)
 def test_report_fits_80_100_120_columns(folder):
     d = report(folder)
