@@ -123,7 +123,7 @@ def test_strategy_named_as_captured(name):
         assert s.pp_schedule == {"1f1b": "interleaved", "gpipe": "all-forward-then-backward"}[meta["schedule"]]
         assert all(rank_strategy(ra).pp_stages == 1 for ra in rep.ranks)
     doc = build_doc(rep)
-    assert doc.strategy["kinds"] == list(EXPECTED[name]) and doc.strategy["parallelism"] == s.parallelism
+    assert doc.strategy.kinds == list(EXPECTED[name]) and doc.strategy.parallelism == s.parallelism
 
 
 def test_reshard_after_forward_shows_as_backward_all_gathers():

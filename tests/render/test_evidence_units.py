@@ -54,7 +54,7 @@ def test_a_real_finding_is_shown_in_its_declared_units():
 
     from traceinspect.render import sections
 
-    d = json.loads((ROOT / "tests" / "golden" / "big_baseline.json").read_text())
+    d = json.loads((ROOT / "tests" / "golden" / "fixtures" / "gpu" / "big_baseline.json").read_text())
     f = next(f for f in d["findings"] if f["id"] == "pageable-memcpy")
     assert fmt.units_of(f)["pageable_copies_per_step"] == ""
     lines = dict(line.split(": ", 1) for line in sections.evidence_lines(f) if ": " in line)

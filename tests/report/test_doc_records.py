@@ -14,7 +14,7 @@ from traceinspect.cli.main import main
 from traceinspect.report import doc
 from traceinspect.report.io import dumps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = [ROOT / "fixtures" / "gpu" / "big_baseline", ROOT / "fixtures" / "cpu" / "fetch_stub"]
 
 
