@@ -4,22 +4,15 @@ against the raw events in tests/analyze/test_model_parallel.py)."""
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 
-from model_parallel_runs import PP, findings_of, report_of
-from traceinspect.diagnose import get_rule
+from model_parallel_runs import assert_record_and_fix, PP, findings_of, report_of
 from traceinspect.diagnose.pipeline_bubble import bubble_share
 
 
 @pytest.mark.parametrize("name", PP)
 def test_fires_with_its_record_and_fix(name, rule="pipeline-bubble"):
-    (f, d), = findings_of(name, rule)
-    r = get_rule(rule)
-    record = msgspec.convert(d["evidence"], r.evidence, strict=False)
-    assert set(d["evidence"]) <= set(r.evidence.__struct_fields__)
-    assert r.fix(record, report_of(name).ranks[0].setup) == f.fix
-    assert "DistributedDataParallel" not in f.fix
+    assert_record_and_fix(name, rule)
 
 
 @pytest.mark.parametrize("name", PP)

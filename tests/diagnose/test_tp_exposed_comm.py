@@ -4,21 +4,14 @@ redistributes."""
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 
-from model_parallel_runs import TP, findings_of, report_of
-from traceinspect.diagnose import get_rule
+from model_parallel_runs import assert_record_and_fix, TP, findings_of, report_of
 
 
 @pytest.mark.parametrize("name", TP)
 def test_fires_with_its_record_and_fix(name, rule="tp-exposed-comm"):
-    (f, d), = findings_of(name, rule)
-    r = get_rule(rule)
-    record = msgspec.convert(d["evidence"], r.evidence, strict=False)
-    assert set(d["evidence"]) <= set(r.evidence.__struct_fields__)
-    assert r.fix(record, report_of(name).ranks[0].setup) == f.fix
-    assert "DistributedDataParallel" not in f.fix
+    assert_record_and_fix(name, rule)
 
 
 @pytest.mark.parametrize("name", ("pp2_m4", "fsdp2_2"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, fields
 
-import numpy as np
 import pandas as pd
 import msgspec
 from msgspec import UNSET
