@@ -27,6 +27,7 @@ def main(out: str, steps: int = 6, tensors: int = 8, numel: int = 1 << 16) -> No
             for g in grads:
                 dist.all_reduce(g)
             prof.step()
+    dist.barrier()  # both ranks done (traces written) before gloo is torn down: else one can abort at exit
     dist.destroy_process_group()
 
 

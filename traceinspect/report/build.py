@@ -97,7 +97,27 @@ def _records(table: pd.DataFrame | None) -> list[dict]:
 def typed(value, kind):
     """A JSON-shaped value the analyses made (cleaned: ``values.clean``) as its record type (``doc_records.py``);
     None stays None."""
-    return None if value is None else msgspec.convert(clean(value), kind)
+    if value is None:
+        return None
+    value = clean(value)
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError:
+        if not isinstance(value, dict):
+            return None
+    # a value of another type than its field's (a damaged or hand-written trace): read as absent, as the analyses
+    # read it; the fields that hold stay
+    kept = {}
+    for k, v in value.items():
+        try:
+            msgspec.convert({k: v}, kind)
+        except msgspec.ValidationError:
+            continue
+        kept[k] = v
+    try:
+        return msgspec.convert(kept, kind)
+    except msgspec.ValidationError:  # a record with required fields that did not hold: none
+        return None
 
 
 def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
