@@ -67,6 +67,14 @@ def capture_closure(out: Path, impl: str) -> Path:
 def capture_allreduce_job(out: Path) -> subprocess.CompletedProcess:
     """tests/allreduce_job.py under torchrun, 2 gloo ranks, into ``out``; the completed process (check its code)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "tests" / "allreduce_job.py"), str(out)], capture_output=True, text=True,
-                          timeout=240, env=env)
+    for _ in range(3):
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            str(ROOT / "tests" / "allreduce_job.py"), str(out)], capture_output=True, text=True,
+                           timeout=240, env=env)
+        # About one run in eight, a rank aborts in gloo's teardown after its trace is written ("terminate called
+        # without an active exception", torch 2.13 CPU): the job ran; run it again for a clean exit.
+        if p.returncode == 0 or "terminate called without an active exception" not in p.stderr:
+            return p
+        for f in Path(out).glob("*.json*"):
+            f.unlink()
+    return p
