@@ -54,8 +54,9 @@ def launch_fix(setup, default: str, fit=None) -> str:
     analysis says it fits (``fit``: ``_memory.BatchFit``)."""
     from ._memory import larger_batch_line
 
+    batch = larger_batch_line(fit)
     if setup is None:
-        return default + "\n" + larger_batch_line(fit) if larger_batch_line(fit) else default
+        return f"{default}\n{batch}" if batch else default
     lines = []
     if _graphs(setup):
         lines.append("# the program already replays CUDA/HIP graphs: what is left is the host work between replays")
@@ -65,8 +66,8 @@ def launch_fix(setup, default: str, fit=None) -> str:
     else:
         passes = "the forward" if getattr(fit, "inference", False) else "forward and backward"
         lines.append(f'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: {passes} replayed')
-    if not _graphs(setup) and larger_batch_line(fit):
-        lines.append(larger_batch_line(fit))
+    if not _graphs(setup) and batch:
+        lines.append(batch)
     opt = fused_optimizer_line(setup)
     if opt:  # its own fix: launch-bound's claim leaves the optimizer out (optimizer-not-fused claims it)
         lines.append("# the graphs leave the optimizer step on the CPU: fuse it too")

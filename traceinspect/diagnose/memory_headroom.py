@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ._memory import gib, rank_memory
+from ._memory import batch_fit, gib, rank_memory
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 
 
@@ -46,13 +46,10 @@ def _rank(ra, config, report):
         return None
     if m.peak_reserved >= config.memory_headroom_share * m.capacity or m.max_batch < 2 * m.batch:
         return None
-    bp = ra.tables.get("backward_passes")
-    opt = getattr(getattr(ra, "setup", None), "optimizer", None)
-    inference = (bp is None or not len(bp)) and not getattr(opt, "present", False)
     return RankEvidence(rank=ra.rank, steps=[int(s) for s in m.steps["step"]], peak_reserved_bytes=m.peak_reserved,
                         capacity_bytes=m.capacity, batch_size=m.batch, accumulation_steps=m.accum,
                         max_batch_predicted=m.max_batch, max_batch_peak_bytes=int(m.predict(m.max_batch)),
-                        inference=inference)
+                        inference=batch_fit(ra, config).inference)
 
 
 def _summary(hits, w, report, config):
