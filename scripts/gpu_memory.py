@@ -21,6 +21,8 @@ The captures (each changes one thing):
   bf16 autocast, fused AdamW) at three batch sizes;
 * ``conv_b32``, ``conv_b64``, ``conv_b128``: a ResNet-18-shaped conv net on 224x224 images (channels_last, bf16
   autocast, fused AdamW) at three batch sizes;
+* ``lm_b16_fp32``: ``lm_b16`` without autocast (fp32 weights and activations; TF32 off, torch's default): the
+  precision pair of ``lm_b16``;
 * ``lm_leak``: ``lm_b8`` that keeps every step's logits, still attached to the graph, in a list (metrics gathered
   without ``.detach()``): allocated memory grows by one logits tensor a step;
 * ``lm_varlen``: the LM at batch 16 with a sequence length drawn from 64..1024 each step (after 12 such steps);
@@ -105,9 +107,10 @@ class Job:
     """A model, its optimizer and a step over host batches copied to the device (pinned, non_blocking)."""
 
     def __init__(self, kind: str, batch: int, accum: int = 1, ddp: bool | None = None, gbv: bool = True,
-                 varlen: bool = False, leak: bool = False) -> None:
+                 varlen: bool = False, leak: bool = False, amp: bool = True) -> None:
         torch.manual_seed(0)
         self.kind, self.batch, self.accum, self.varlen, self.leak = kind, batch, accum, varlen, leak
+        self.amp = amp
         model = (LM() if kind == "lm" else conv_net()).to(DEV)
         if kind == "conv":
             model = model.to(memory_format=torch.channels_last)
@@ -136,7 +139,7 @@ class Job:
 
     def micro(self, hb, sync: bool):
         ctx = self.ddp.no_sync() if (self.ddp is not None and not sync) else _null()
-        with ctx, torch.autocast(DEV.type, dtype=torch.bfloat16):
+        with ctx, torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=self.amp):
             if self.kind == "lm":
                 t = hb.to(DEV, non_blocking=True)
                 logits = self.model(t[:, :-1])
@@ -207,7 +210,7 @@ def capture_job(out: str, name: str, job: Job, warm: int = 3) -> None:
     folder = os.path.join(out, name)
     with capture.profile(folder, **SCHED, record_shapes=True, profile_memory=True, batch_size=job.batch,
                          accumulation_steps=job.accum, no_sync=job.accum > 1 if job.ddp is not None else None,
-                         amp_dtype=torch.bfloat16, model=job.ddp, verbose=False,
+                         amp_dtype=torch.bfloat16 if job.amp else None, model=job.ddp, verbose=False,
                          workload={"model": job.kind, "batch_size": job.batch, "accumulation_steps": job.accum,
                                    "seq_len": LMC["seq"] if job.kind == "lm" else None}) as prof:
         for _ in range(sum(SCHED.values()) + 1):
@@ -224,7 +227,8 @@ def capture_job(out: str, name: str, job: Job, warm: int = 3) -> None:
                                    "max_reserved": torch.cuda.max_memory_reserved()}
             prof.step()
     times.sort()
-    TRUTH[name] = {"batch_size": job.batch, "accumulation_steps": job.accum, "logical_batch": job.batch * job.accum,
+    TRUTH[name] = {"batch_size": job.batch, "amp": "bf16" if job.amp else None, "accumulation_steps": job.accum,
+                   "logical_batch": job.batch * job.accum,
                    "model": job.kind, "seq_len": LMC["seq"] if job.kind == "lm" else None,
                    "flops_per_step": flops, "step_ms": times, "step_ms_median": times[len(times) // 2] if times else None,
                    "steps": steps, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
@@ -298,6 +302,11 @@ def main() -> None:
             capture_job(out, name, job)
             job.free()
             save_truth(truth_path)
+    if want("lm_b16_fp32"):
+        job = Job("lm", 16, amp=False)
+        capture_job(out, "lm_b16_fp32", job)
+        job.free()
+        save_truth(truth_path)
     if want("lm_leak"):
         job = Job("lm", 8, leak=True)
         capture_job(out, "lm_leak", job)
