@@ -21,6 +21,8 @@ The captures (each changes one thing):
   bf16 autocast, fused AdamW) at three batch sizes;
 * ``conv_b32``, ``conv_b64``, ``conv_b128``: a ResNet-18-shaped conv net on 224x224 images (channels_last, bf16
   autocast, fused AdamW) at three batch sizes;
+* ``conv_b128_pageable``, ``conv_b128_pinned``: ``conv_b128`` with its batch copied from pageable host memory
+  (``.to(device)``, blocking) and again pinned (``non_blocking=True``), captured back to back: the pinning pair;
 * ``lm_b16_fp32``: ``lm_b16`` without autocast (fp32 weights and activations; TF32 off, torch's default): the
   precision pair of ``lm_b16``;
 * ``lm_leak``: ``lm_b8`` that keeps every step's logits, still attached to the graph, in a list (metrics gathered
@@ -104,13 +106,15 @@ def conv_net() -> nn.Module:
 
 
 class Job:
-    """A model, its optimizer and a step over host batches copied to the device (pinned, non_blocking)."""
+    """A model, its optimizer and a step over host batches copied to the device (pinned, non_blocking, unless
+    ``pinned`` is False); images come from a ring of ``ring`` batches made once."""
 
     def __init__(self, kind: str, batch: int, accum: int = 1, ddp: bool | None = None, gbv: bool = True,
-                 varlen: bool = False, leak: bool = False, amp: bool = True) -> None:
+                 varlen: bool = False, leak: bool = False, amp: bool = True,
+                 pinned: bool = True, ring: int = 4) -> None:
         torch.manual_seed(0)
         self.kind, self.batch, self.accum, self.varlen, self.leak = kind, batch, accum, varlen, leak
-        self.amp = amp
+        self.amp, self.pinned = amp, pinned
         model = (LM() if kind == "lm" else conv_net()).to(DEV)
         if kind == "conv":
             model = model.to(memory_format=torch.channels_last)
@@ -121,6 +125,8 @@ class Job:
         self.model = model
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=CUDA)
         self.kept: list = []
+        self.pool: list = []
+        self.ring = ring
         self.rng = torch.Generator().manual_seed(1)
         self.seq = LMC["seq"]
 
@@ -130,25 +136,28 @@ class Job:
             seq = int(torch.randint(1, 17, (1,), generator=self.rng)) * (LMC["seq"] // 8)
         if self.kind == "lm":
             x = torch.randint(0, LMC["vocab"], (self.batch, seq + 1), generator=self.rng)
-        else:
-            x = torch.randn(self.batch, 3, IMG, IMG, generator=self.rng)
-            y = torch.randint(0, 1000, (self.batch,), generator=self.rng)
-            x = (x.pin_memory(), y.pin_memory()) if CUDA else (x, y)
-            return x
-        return x.pin_memory() if CUDA else x
+        else:  # images: a ring of batches made once (a loader's workers would hand them over ready)
+            if not self.pool:
+                for _ in range(self.ring):
+                    x = torch.randn(self.batch, 3, IMG, IMG, generator=self.rng)
+                    y = torch.randint(0, 1000, (self.batch,), generator=self.rng)
+                    self.pool.append((x.pin_memory(), y.pin_memory()) if CUDA and self.pinned else (x, y))
+            self.pool.append(self.pool.pop(0))
+            return self.pool[0]
+        return x.pin_memory() if CUDA and self.pinned else x
 
     def micro(self, hb, sync: bool):
         ctx = self.ddp.no_sync() if (self.ddp is not None and not sync) else _null()
         with ctx, torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=self.amp):
             if self.kind == "lm":
-                t = hb.to(DEV, non_blocking=True)
+                t = hb.to(DEV, non_blocking=self.pinned)
                 logits = self.model(t[:, :-1])
                 loss = F.cross_entropy(logits.float().view(-1, LMC["vocab"]), t[:, 1:].reshape(-1))
                 if self.leak:
                     self.kept.append(logits)
             else:
-                x = hb[0].to(DEV, non_blocking=True).contiguous(memory_format=torch.channels_last)
-                y = hb[1].to(DEV, non_blocking=True)
+                x = hb[0].to(DEV, non_blocking=self.pinned).contiguous(memory_format=torch.channels_last)
+                y = hb[1].to(DEV, non_blocking=self.pinned)
                 loss = F.cross_entropy(self.model(x), y)
         (loss / self.accum).backward()
 
@@ -241,7 +250,7 @@ def capture_job(out: str, name: str, job: Job, warm: int = 3) -> None:
 def fits(kind: str, batch: int) -> bool:
     job = None
     try:
-        job = Job(kind, batch)
+        job = Job(kind, batch, ring=1)
         job.step()
         _sync()
         return True
@@ -299,6 +308,12 @@ def main() -> None:
     for name, (kind, b) in plain.items():
         if want(name):
             job = Job(kind, b)
+            capture_job(out, name, job)
+            job.free()
+            save_truth(truth_path)
+    for name in ("conv_b128_pageable", "conv_b128_pinned"):
+        if want(name):
+            job = Job("conv", 128, pinned=name.endswith("pinned"))
             capture_job(out, name, job)
             job.free()
             save_truth(truth_path)
