@@ -335,11 +335,6 @@ def main() -> None:
         capture_job(out, name, job, warm=12)
         job.free()
         save_truth(truth_path)
-    if not SMALL and CUDA:
-        for kind, start in (("lm", 32), ("conv", 128)):
-            if want(f"max_{kind}"):
-                TRUTH[f"max_batch_{kind}"] = max_batch(kind, start)
-                save_truth(truth_path)
     ddp_jobs = {"ddp_gbv_off": dict(batch=2, gbv=False), "ddp_gbv_on": dict(batch=2, gbv=True),
                 "ddp_accum_16x4": dict(batch=16, accum=4), "ddp_accum_32x2": dict(batch=32, accum=2),
                 "ddp_accum_64x1": dict(batch=64, accum=1)}
@@ -350,6 +345,11 @@ def main() -> None:
             capture_job(out, name, job)
             job.free()
             save_truth(truth_path)
+    if not SMALL and CUDA:
+        for kind, start in (("lm", 32), ("conv", 128)):
+            if want(f"max_{kind}"):
+                TRUTH[f"max_batch_{kind}"] = max_batch(kind, start)
+                save_truth(truth_path)
     save_truth(truth_path)
     if (not names or "lm_varlen_expandable" in names) and not os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
