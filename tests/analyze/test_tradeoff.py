@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from traceinspect.config import Config
 from traceinspect.run import report_folder
@@ -86,3 +87,29 @@ def test_no_row_the_memory_outlook_says_will_not_fit():
             if mem and mem.get("max_batch_predicted") is not None:
                 assert all(x["batch"] <= max(mem["max_batch_predicted"], mem["batch_size"]) for x in rows)
     assert seen
+
+
+def _gpu_diff(name: str) -> dict:
+    return report_folder(str(FIXTURES / "gpu_diff" / name), NOCACHE).to_dict()
+
+
+def test_bf16_rows_agree_with_the_precision_claim_and_the_measured_switch():
+    """An fp32 run (fixtures/gpu_diff: a transformer at batch 64, fp32 and bf16 autocast, three captures of each)
+    gets bf16 rows: at its own batch the row is the step less the no-mixed-precision claim (one number on the page),
+    and the saving it projects is within 30 % of what the bf16 captures measured. A bf16 run gets none."""
+    d = _gpu_diff("gpu_fp32")
+    r = d["ranks"][0]
+    rows = r["tradeoff"]
+    recorded = {(o["batch"], o["accum_steps"]): o for o in rows if "precision" not in o}
+    bf16 = {(o["batch"], o["accum_steps"]): o for o in rows if o.get("precision") == "bf16"}
+    assert set(bf16) == set(recorded)
+    assert all(o["peak_bytes"] is None and o["fits"] is None and not o["best"] and not o["current"]
+               for o in bf16.values())
+    (now,) = [k for k, o in recorded.items() if o["current"]]
+    claim = next(c["us"] for c in r["claims"] if c["id"] == "no-mixed-precision")
+    assert bf16[now]["step_ms"] * 1000 == pytest.approx(recorded[now]["step_ms"] * 1000 - claim, rel=1e-9)
+    fp32 = np.mean([_walls(_gpu_diff(n)).mean() for n in ("gpu_fp32", "gpu_fp32_b", "gpu_fp32_c")])
+    half = np.mean([_walls(_gpu_diff(n)).mean() for n in ("gpu_a", "gpu_b", "gpu_c")])
+    projected = (recorded[now]["step_ms"] - bf16[now]["step_ms"]) * 1000
+    assert projected == pytest.approx(fp32 - half, rel=0.30), (projected, fp32 - half)
+    assert not any(o.get("precision") for o in _gpu_diff("gpu_a")["ranks"][0]["tradeoff"])

@@ -48,9 +48,9 @@ def test_time_per_logical_batch_and_the_marked_rows_on_a_gpu_fixture():
     r = d["ranks"][0]
     fig = plots.figures(d)["tradeoff"]
     time = bars(fig, "time")
-    assert set(time) == {f"{o['batch']}x{o['accum_steps']}" for o in r["tradeoff"]}
+    assert set(time) == {tradeoff_plot.key(o) for o in r["tradeoff"]}
     for o in r["tradeoff"]:
-        assert time[f"{o['batch']}x{o['accum_steps']}"].get_height() == pytest.approx(o["step_ms"])
+        assert time[tradeoff_plot.key(o)].get_height() == pytest.approx(o["step_ms"])
     (now,) = [o for o in r["tradeoff"] if o["current"]]
     assert (now["batch"], now["accum_steps"]) == (1024, 4)  # the capture's metadata: batch 1024, 4 micro-batches
     assert now["step_ms"] == pytest.approx(measured_step_ms(r), rel=1e-9)

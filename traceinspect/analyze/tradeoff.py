@@ -23,6 +23,13 @@ Rows are only those the memory outlook does not predict to fail (analyze/outlook
 predicts to fit; where it cannot tell (no memory events, no capacity) every row is listed with ``fits`` null.
 Physical batches under an eighth of today's are left out. The best row has the most samples per second among
 those known to fit (a larger batch whose fit is not known is listed, never marked best).
+
+bf16 rows (``precision`` "bf16"), only where the report's precision finding projects the switch for the rank
+(``bf16``: the GPU time per step at today's batch that bf16 autocast saves, and the CPU time per step its casts
+add, both the no-mixed-precision rule's terms): the same model with ``g`` less the saving per micro-batch (scaled
+with the batch like the rest of ``g``) and ``h`` plus the casts per micro-batch. Their memory is not projected
+(``peak_bytes`` and ``fits`` null), they are listed for the batches the recorded precision's rows list, and never
+marked best: what fits in bf16 is not in an fp32 trace.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class Option:
     gpu_hours_per_million_samples: float | None  # per GPU: x world size for the job, whose samples scale alike
     current: bool
     best: bool = False
+    precision: str = "recorded"  # "recorded": the precision the trace ran; "bf16": projected with bf16 autocast
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,9 @@ def _mean(s: pd.DataFrame, col: str) -> float:
     return float(np.nanmean(s[col].to_numpy(float))) if col in s and len(s) and s[col].notna().any() else 0.0
 
 
-def tradeoff(ra, thr, outlook) -> Tradeoff | None:
-    """The rank's trade-off table, or None where the batch or the micro-batches per step are not known."""
+def tradeoff(ra, thr, outlook, bf16: tuple[float, float] | None = None) -> Tradeoff | None:
+    """The rank's trade-off table, or None where the batch or the micro-batches per step are not known.
+    ``bf16``: (GPU us saved, CPU us added) per step at today's batch by bf16 autocast, where projected."""
     b0, k0 = thr.batch, thr.accum_steps
     steps = ra.steps
     if "synthetic" in steps and steps["synthetic"].astype(bool).any() and (~steps["synthetic"].astype(bool)).any():
@@ -98,7 +107,7 @@ def tradeoff(ra, thr, outlook) -> Tradeoff | None:
     def rounds(k: int) -> int:
         return (1 if no_sync else k) if rounds0 > 0 else 0
 
-    def model(b: int, k: int, resid: float) -> float:
+    def model(b: int, k: int, resid: float, g: float = g, h: float = h) -> float:
         return k * (max(g * b / b0, h) + resid) + fixed_step + data + per_round * rounds(k)
 
     resid = (wall - model(b0, k0, 0.0)) / k0
@@ -125,6 +134,15 @@ def tradeoff(ra, thr, outlook) -> Tradeoff | None:
         known = [o for o in options if o.fits is True or (o.fits is None and o.batch <= b0)]
         best = max(known, key=lambda o: o.samples_per_s, default=None)
         options = [Option(**{**o.__dict__, "best": o is best}) for o in options]
+    if bf16 is not None and ra.basis == "gpu":
+        g16 = max(g - bf16[0] / k0, 0.0)
+        h16 = h + bf16[1] / k0
+        for o in list(options):
+            t = model(o.batch, o.accum_steps, resid, g16, h16)
+            options.append(Option(batch=o.batch, accum_steps=o.accum_steps, step_us=t, peak_bytes=None, fits=None,
+                                  allreduces=o.allreduces, samples_per_s=logical / (t / 1e6) if t > 0 else 0.0,
+                                  gpu_hours_per_million_samples=(t / 1e6) / logical * 1e6 / 3600 if t > 0 else None,
+                                  current=False, precision="bf16"))
     terms = {"gpu_per_micro_us": g if ra.basis == "gpu" else None, "cpu_issue_per_micro_us": h if ra.basis == "gpu"
              else None, "compute_per_micro_us": g, "other_per_micro_us": resid, "optimizer_us": fixed_step,
              "dataloader_us": data, "comm_per_round_us": per_round, "rounds_measured": rounds0,

@@ -139,7 +139,8 @@ def tradeoff_rows(r: dict) -> list[list[str]]:
     rows = []
     for o in r.get("tradeoff") or []:
         mark = ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best")),
-                                         ("fit not known", o.get("fits") is None)) if on)
+                                         (f"{o.get('precision')}, projected", o.get("precision")),
+                                         ("fit not known", o.get("fits") is None and not o.get("precision"))) if on)
         gh = o.get("gpu_hours_per_million_samples")
         rows.append([f"{o['batch']} x {o['accum_steps']}", f"{o['step_ms']:.2f}", size(o.get("peak_bytes")),
                      str(o["allreduces"]), f"{o['samples_per_s']:,.0f}", gpu_time(gh), mark])

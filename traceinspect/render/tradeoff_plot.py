@@ -30,7 +30,13 @@ def rank_of(d: dict) -> dict | None:
 
 
 def _mark(o: dict) -> str:
-    return ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best"))) if on)
+    return ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best")),
+                                     (f"{o.get('precision')}, projected", o.get("precision"))) if on)
+
+
+def key(o: dict) -> str:
+    """A row's name in the plot: batch x accumulation steps, and the precision of a projected row."""
+    return f"{o['batch']}x{o['accum_steps']}" + (f" {o['precision']}" if o.get("precision") else "")
 
 
 def _rate(v: float) -> str:
@@ -44,7 +50,7 @@ def _gb(b) -> str:
 def _style(o: dict) -> dict:
     """The bar's fill and edge: the best option filled green, the run's configuration edged blue."""
     return {"color": BEST if o.get("best") else BAR, "edgecolor": NOW if o.get("current") else "#333333",
-            "linewidth": 2.6 if o.get("current") else 0.5}
+            "linewidth": 2.6 if o.get("current") else 0.5, "hatch": "//" if o.get("precision") else None}
 
 
 def figure(d: dict, new_figure):
@@ -63,7 +69,7 @@ def figure(d: dict, new_figure):
     ax, mx = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1] if known else [1, 0.3]})
 
     for x, o in zip(xs, rows):
-        ax.bar(x, o["step_ms"], width=0.62, zorder=2, gid=f"time:{o['batch']}x{o['accum_steps']}", **_style(o))
+        ax.bar(x, o["step_ms"], width=0.62, zorder=2, gid=f"time:{key(o)}", **_style(o))
         ax.annotate(f"{o['step_ms']:,.1f} ms\n{_rate(o['samples_per_s'])} samples/s", xy=(x, o["step_ms"]),
                     xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     top = max(o["step_ms"] for o in rows)
@@ -74,6 +80,9 @@ def figure(d: dict, new_figure):
 
     handles = [Patch(facecolor=BAR, edgecolor=NOW, linewidth=2.6, label="the run's configuration (now)"),
                Patch(facecolor=BEST, edgecolor="#333333", label="most samples/s known to fit (best)")]
+    if any(o.get("precision") for o in rows):
+        handles.append(Patch(facecolor=BAR, edgecolor="#333333", hatch="//",
+                             label="projected in bf16 autocast (memory not projected)"))
     if known:
         for x, o in zip(xs, rows):
             if o.get("peak_bytes") is None:
@@ -83,7 +92,7 @@ def figure(d: dict, new_figure):
                 st["color"] = UNKNOWN
             elif o.get("fits") is False:
                 st["color"] = NOT_FIT
-            mx.bar(x, o["peak_bytes"] / GB, width=0.62, zorder=2, gid=f"peak:{o['batch']}x{o['accum_steps']}", **st)
+            mx.bar(x, o["peak_bytes"] / GB, width=0.62, zorder=2, gid=f"peak:{key(o)}", **st)
             mx.annotate(_gb(o["peak_bytes"]), xy=(x, o["peak_bytes"] / GB), xytext=(0, 3), textcoords="offset points",
                         ha="center", va="bottom", fontsize=8)
         hi = max(known) / GB

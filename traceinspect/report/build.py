@@ -176,7 +176,7 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
         impossible_time_events=(getattr(ra, "unmodelled", None) or {}).get(IMPOSSIBLE) or UNSET,
         **_memory_fields(ra, config),
         throughput=throughput_doc(ra),
-        **tradeoff_fields(ra, config),
+        **tradeoff_fields(ra, config, acc),
         **cost_fields(ra, acc, config),
     )
 

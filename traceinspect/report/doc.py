@@ -368,6 +368,8 @@ class TradeoffRowDoc(Struct, kw_only=True):
     gpu_hours_per_million_samples: Num  # per GPU (the job's is the same: its samples scale with its GPUs)
     current: bool  # the configuration the trace ran
     best: bool  # the most samples per second of the rows
+    # "bf16" on a row projected with bf16 autocast (memory not projected); absent on rows in the recorded precision
+    precision: str | UnsetType = UNSET
 
 
 class TradeoffDoc(Struct, kw_only=True):

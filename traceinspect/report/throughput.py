@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import numpy as np
 from msgspec import UNSET
 
 from ..analyze.throughput import Throughput, job_throughput, rank_throughput
@@ -42,7 +43,23 @@ def job_throughput_doc(report):
     return JobThroughputDoc(**{k: clean(v) for k, v in asdict(j).items()})
 
 
-def tradeoff_fields(ra, config) -> dict:
+def _bf16_terms(ra, acc: dict | None, config) -> tuple[float, float] | None:
+    """(GPU us saved, CPU us added) per step by bf16 autocast, the no-mixed-precision rule's terms, where the
+    rank has that rule's claim; else None."""
+    from ..diagnose.bounds import autocast_cpu_us
+    from ..diagnose.no_mixed_precision import RULE, SAVING
+
+    if not any(c.get("id") == RULE.id and (c.get("us") or 0) > 0 for c in (acc or {}).get("claims", [])):
+        return None
+    s = ra.steps
+    if s is None or "matmul_fp32_us" not in s or not len(s):
+        return None
+    gpu = SAVING * float(np.nanmean(s["matmul_fp32_us"].to_numpy(float)))
+    cpu = float(np.nanmean(autocast_cpu_us(s, config)))
+    return gpu, cpu
+
+
+def tradeoff_fields(ra, config, acc: dict | None = None) -> dict:
     """``tradeoff`` (the rows) and ``tradeoff_model`` (the rows with the model's terms), or nothing."""
     from ..analyze.outlook import memory_outlook
     from ..analyze.tradeoff import tradeoff
@@ -51,14 +68,15 @@ def tradeoff_fields(ra, config) -> dict:
     t = _rank_figures(ra)
     if t is None:
         return {}
-    table = tradeoff(ra, t, memory_outlook(ra, config))
+    table = tradeoff(ra, t, memory_outlook(ra, config), _bf16_terms(ra, acc, config))
     if table is None or not table.options:
         return {}
     rows = [TradeoffRowDoc(batch=o.batch, accum_steps=o.accum_steps, step_ms=o.step_us / 1000,
                            peak_bytes=o.peak_bytes, fits=o.fits, allreduces=o.allreduces,
                            samples_per_s=o.samples_per_s,
                            gpu_hours_per_million_samples=clean(o.gpu_hours_per_million_samples),
-                           current=o.current, best=o.best) for o in table.options]
+                           current=o.current, best=o.best,
+                           **({"precision": o.precision} if o.precision != "recorded" else {})) for o in table.options]
     return {"tradeoff": rows, "tradeoff_model": TradeoffDoc(logical_batch=table.logical_batch, basis=table.basis,
                                                             terms=clean(table.terms), rows=rows)}
 
