@@ -14,6 +14,7 @@ EVIDENCE_UNITS = {
         'pinned_h2d_gbps': 'gbps',
         'share_of_step': 'share',
         'threshold_bytes_per_step': 'bytes',
+        'unpinned_loader_wait_us_per_step': 'us',
     },
     'dataloader-stall': {
         'dataloader_us_per_step': 'us',

@@ -223,5 +223,5 @@ def evidence_items(ev: dict, rank=None, items: int = 6, units: dict[str, str] | 
         src = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])
     n = items
     pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
-    skip = ("per_rank", "steps", "rank")
+    skip = ("per_rank", "steps", "rank", "claim_note")  # the claim note is the finding's own line (finding_notes)
     return [(label(k), value(k, v, items=n, units=units)) for k, v in pairs if k not in skip and v is not None]
