@@ -112,11 +112,20 @@ def test_allocator_slack_and_its_fix():
 
 
 def test_ddp_gradient_copies_against_bucket_views():
-    f = finding(doc("ddp_gbv_off"), "ddp-gradient-copies")
-    assert f is not None and not finding(doc("ddp_gbv_on"), "ddp-gradient-copies")
+    """The rule claims what bucket views save at the peak. On this LM (batch 2) the peak falls in the loss's
+    forward, before any gradient exists: the twins peak within 0.01 % of each other, and the rule stays quiet on
+    both. Where the views save bytes at the peak (the CPU twins, tests/diagnose/test_ddp_gradient_copies.py), the
+    claim is held to the saving."""
+    from traceinspect.config import DEFAULT
+
     off = max(s["max_allocated"] for s in truth()["ddp_gbv_off"]["steps"].values())
     on = max(s["max_allocated"] for s in truth()["ddp_gbv_on"]["steps"].values())
-    assert f["bytes_at_stake"] == pytest.approx(off - on, rel=0.10), (f["bytes_at_stake"], off - on)
+    f = finding(doc("ddp_gbv_off"), "ddp-gradient-copies")
+    assert not finding(doc("ddp_gbv_on"), "ddp-gradient-copies")
+    if off - on < DEFAULT.ddp_gradient_copies_min_bytes:
+        assert f is None, (f["bytes_at_stake"], off - on)
+    else:
+        assert f is not None and f["bytes_at_stake"] == pytest.approx(off - on, rel=0.10), (off - on)
 
 
 @pytest.mark.parametrize("name", names())
@@ -134,21 +143,94 @@ def test_flops_match_the_flop_counter(name):
     want = truth()[name].get("flops_per_step")
     if not want:
         pytest.skip("no flop count")
+    if name.startswith("lm_varlen"):
+        pytest.skip("each step draws its own sequence length: the flop counter counted one step of its own")
     got = doc(name)["ranks"][0]["throughput"]["model_flops_per_step"]
     assert got == pytest.approx(want, rel=0.05), (got, want)
 
 
-@pytest.mark.parametrize("base", ["ddp_accum_16x4", "ddp_accum_32x2", "ddp_accum_64x1"])
+REPEAT = ROOT.parent / "gpu_memory_repeat"  # a second capture of some of the same jobs, minutes later
+
+
+@functools.lru_cache(maxsize=None)
+def repeat_doc(name: str) -> dict:
+    return report_folder(str(REPEAT / name), CFG).to_dict()
+
+
+def _profiled_ms(d: dict) -> float:
+    walls = [s["wall_us"] for s in d["ranks"][0]["steps"] if not s["synthetic"]]
+    return sum(walls) / len(walls) / 1000
+
+
+def _row(d: dict, key: tuple) -> dict:
+    return next(r for r in d["ranks"][0]["tradeoff"] if (r["batch"], r["accum_steps"]) == key and "precision" not in r)
+
+
+ACCUM = ["ddp_accum_16x4", "ddp_accum_32x2", "ddp_accum_64x1"]
+
+
+@pytest.mark.parametrize("base", ACCUM)
 def test_the_tradeoff_predicts_the_other_pairs(base):
-    """From one pair's trace, the time per logical batch of the other pairs within 15 % of their unprofiled
-    medians."""
-    rows = {(r["batch"], r["accum_steps"]): r for r in doc(base)["ranks"][0]["tradeoff"]}
+    """From one pair's trace, the time per logical batch of the other pairs against their own traces' steps (the
+    same profiler, which the prediction's terms carry), within 15 % or the noise: how far the predictions from the
+    two captures of the base, and the two captures of the other pair, lie apart. Every term is measured under the
+    profiler; unprofiled, the CPU-bound rows run faster (docs/metrics.md, "The trade-off table")."""
+    if not (REPEAT / base).is_dir():
+        pytest.skip("no second capture")
     checked = 0
-    for other in names("ddp_accum_"):
+    for other in ACCUM:
+        if other == base or not (ROOT / other).is_dir():
+            continue
         t = truth()[other]
         key = (t["batch_size"], t["accumulation_steps"])
-        if other == base or key not in rows or not t.get("step_ms_median"):
-            continue
-        assert rows[key]["step_ms"] == pytest.approx(t["step_ms_median"], rel=0.15), (other, rows[key]["step_ms"])
+        pred = [_row(doc(base), key)["step_ms"], _row(repeat_doc(base), key)["step_ms"]]
+        target = [_profiled_ms(doc(other)), _profiled_ms(repeat_doc(other))]
+        mean = sum(target) / 2
+        noise = abs(pred[0] - pred[1]) + abs(target[0] - target[1])
+        for p in pred:
+            assert abs(p - mean) <= max(0.15 * mean, noise), (other, pred, target)
         checked += 1
-    assert checked >= 1
+    assert checked == 2
+
+
+def _saving(problem: str, twin: str) -> tuple[float, float]:
+    """(ms saved, noise): the two captures of each side, their profiled steps' means; the noise is how far each
+    side's two captures lie apart."""
+    p = [_profiled_ms(doc(problem)), _profiled_ms(repeat_doc(problem))]
+    t = [_profiled_ms(doc(twin)), _profiled_ms(repeat_doc(twin))]
+    return sum(p) / 2 - sum(t) / 2, abs(p[0] - p[1]) + abs(t[0] - t[1])
+
+
+@pytest.mark.parametrize("problem, twin, rule", [("conv_b128_pageable", "conv_b128_pinned", "pageable-memcpy"),
+                                                 ("lm_b16_fp32", "lm_b16", "no-mixed-precision")])
+def test_one_knob_pairs_claim_what_the_fix_saves(problem, twin, rule):
+    """The pinning pair (the conv step's batch copied from pageable memory, then pinned with non_blocking) and the
+    precision pair (the LM without autocast, then with bf16): each capture's claim within max(30 %, noise) of what
+    the fix saved, and the twin quiet."""
+    if not (REPEAT / problem).is_dir():
+        pytest.skip("no second capture")
+    saved, noise = _saving(problem, twin)
+    for d in (doc(problem), repeat_doc(problem)):
+        f = finding(d, rule)
+        assert f is not None and f["severity"] != "info"
+        got = f["time_at_stake_us"] / 1000
+        assert abs(got - saved) <= max(0.3 * saved, noise), (got, saved, noise)
+    for d in (doc(twin), repeat_doc(twin)):
+        assert not finding(d, rule)
+
+
+def test_the_bf16_rows_of_the_precision_pair():
+    """The fp32 LM's bf16 row at its own batch is its step less the precision claim, and within max(30 %, noise)
+    of the bf16 twin's step."""
+    target = [_profiled_ms(doc("lm_b16")), _profiled_ms(repeat_doc("lm_b16"))]
+    rows = []
+    for d in (doc("lm_b16_fp32"), repeat_doc("lm_b16_fp32")):
+        r = d["ranks"][0]
+        (row,) = [o for o in r["tradeoff"] if o.get("precision") == "bf16" and o["batch"] == 16]
+        claim = finding(d, "no-mixed-precision")["time_at_stake_us"]
+        assert row["step_ms"] == pytest.approx(_profiled_ms(d) - claim / 1000, rel=1e-6)
+        rows.append(row["step_ms"])
+    mean = sum(target) / 2
+    noise = abs(rows[0] - rows[1]) + abs(target[0] - target[1])
+    for got in rows:
+        assert abs(got - mean) <= max(0.3 * mean, noise, 0.3 * (_profiled_ms(doc("lm_b16_fp32")) - mean)), (rows, mean)

@@ -45,7 +45,7 @@ class Outlook:
     unseen: int
     unseen_recorded: bool
     reserved_ratio: float
-    budget: float | None  # allocated bytes a step may peak at: (capacity - unseen) / reserved_ratio
+    budget: float | None  # allocated bytes a step may peak at: capacity - unseen - slack
     peak_allocated: int
     peak_reserved: int | None
     max_batch: int | None
@@ -96,7 +96,12 @@ def memory_outlook(ra, config) -> Outlook | None:
     ratio = (float(worst["reserved_at_peak"]) / float(worst["peak_allocated"])
              if worst["reserved_at_peak"] > 0 and worst["peak_allocated"] > 0 else 1.0)
     ratio = max(ratio, 1.0)
-    budget = (capacity - unseen) / ratio if capacity else None
+    # The allocator's slack at the peak (reserved less allocated) is kept, in bytes, at another batch: its rounding
+    # and cached blocks do not grow with the tensors (on an H100, the conv net's 197 MB of slack at batch 64 left
+    # the largest batch found by running, 6,716, within 1.2 %; a ratio kept instead predicted 17 % too few).
+    slack = max(float(worst["reserved_at_peak"]) - float(worst["peak_allocated"]), 0.0) \
+        if worst["reserved_at_peak"] > 0 else 0.0
+    budget = capacity - unseen - slack if capacity else None
     max_b = largest_fitting(env, b0, budget) if b0 and budget is not None else None
     reserved = int(real["peak_reserved"].max())
     out = Outlook(batch=b0, batch_source=bsrc, accum=accum, accum_source=asrc, capacity=capacity, unseen=unseen,
@@ -111,7 +116,7 @@ def memory_outlook(ra, config) -> Outlook | None:
     for b in cands:
         pa = predicted_peak(env, b0, b)
         out.predicted.append(Prediction(batch=int(b), peak_allocated=int(round(pa)),
-                                        peak_reserved=int(round(pa * ratio)), fits=fits(pa), measured=b == b0))
+                                        peak_reserved=int(round(pa + slack)), fits=fits(pa), measured=b == b0))
     logical = b0 * (accum or 1)
     for b in divisors(logical):
         if max_b is not None and b > max_b and b != b0:

@@ -274,7 +274,7 @@ class MemoryDoc(Struct, omit_defaults=True, kw_only=True):
     peak_share: Num  # peak reserved over capacity
     unseen_bytes: int  # device memory the allocator does not see (context, NCCL, other processes)
     unseen_source: str  # "capture" (total - free - reserved when the capture began) | "assumed" (a setting)
-    reserved_ratio: Num  # reserved / allocated at the peak: the allocator's slack a prediction keeps
+    reserved_ratio: Num  # reserved / allocated at the peak (the prediction keeps the slack in bytes: docs/memory.md)
     alloc_conf: str | None  # PYTORCH_CUDA_ALLOC_CONF as the capture recorded it
     oom_events: int  # [OutOfMemory] events: allocations that failed
     steps: list[MemoryStepDoc]
