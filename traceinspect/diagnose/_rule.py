@@ -51,6 +51,9 @@ class Claim:
     # Its fix removes time an earlier finding explained but left unclaimed (``explains``: what that finding's fix
     # leaves, such as the launch wait around work a graph of the model keeps on the CPU): it may take that first.
     claims_explained: bool = False
+    # ``(steps) -> us per step`` its fix itself leaves of what it takes (a whole-step graph's own launch): taken off
+    # the pools with the claim, then not claimed, so no later finding claims it either
+    keeps: Callable | None = None
     # A memory finding claims bytes of peak memory (its evidence's ``bytes_at_stake``), never time: apart from the
     # waterfall. ``memory(finding, config) -> (severity, reason)`` grades it (docs/memory.md).
     memory: Callable | None = None

@@ -156,6 +156,15 @@ def _take(f: Finding, rule, ra, s: pd.DataFrame, pools: dict, config
         if pool in IDLE_POOLS:
             idle += float(take.mean())
         spill = np.clip(want - take, 0.0, None) if np.isfinite(want).all() else None
+    if rule.claim.keeps is not None:  # what the fix itself leaves: off the pools, not claimed
+        keep = np.minimum(got, np.clip(np.nan_to_num(rule.claim.keeps(s)), 0.0, None))
+        got = got - keep
+        kept = float(keep.mean())
+        idle = max(idle - kept, 0.0)
+        for owner in list(moved):  # the explained reserve was taken first: the kept time comes off it first
+            cut_moved = min(moved[owner], kept)
+            moved[owner] -= cut_moved
+            kept -= cut_moved
     if rule.claim.explains is not None and ra.basis == "gpu":  # explained, not claimed: no symptom claims it
         for pool, want in rule.claim.explains.demands(f, ra, s, config, 0.0):
             if pool in pools and pool in IDLE_POOLS:
