@@ -32,7 +32,8 @@ def test_a_rule_declares_its_units_on_its_evidence_record():
 
 
 def test_the_declared_unit_wins_over_the_name():
-    """Constructed record: names that would be read as other units are shown as their declaration says."""
+    """Constructed record: each field is shown in the unit it declares whatever its name says (``wait_bytes`` in
+    ms, ``copies_us`` as a count); a key no rule declares is a plain number, its name read for its label only."""
 
     class Rank(msgspec.Struct):
         wait_bytes: Us  # a name that reads as bytes, declared microseconds
@@ -44,8 +45,8 @@ def test_the_declared_unit_wins_over_the_name():
     units = {k: fmt.SHOWN_AS[u] for k, u in evidence_units(Rank).items()}
     shown = dict(fmt.evidence_items(finding["evidence"], units=units))
     assert shown == {"wait": fmt.ms(2500.0), "copies time": "1,200", "loader period": fmt.mb(3_000_000.0)}
-    guessed = dict(fmt.evidence_items(finding["evidence"]))  # no declaration: read from the names
-    assert guessed == {"wait": fmt.mb(2500.0), "copies time": fmt.ms(1200.0), "loader period": "3,000,000"}
+    undeclared = dict(fmt.evidence_items(finding["evidence"]))  # no declaration: nothing read from the names
+    assert undeclared == {"wait": "2,500", "copies time": "1,200", "loader period": "3,000,000"}
 
 
 def test_a_real_finding_is_shown_in_its_declared_units():
@@ -62,3 +63,24 @@ def test_a_real_finding_is_shown_in_its_declared_units():
     assert lines["pageable copies per step"] == fmt.number(ev["pageable_copies_per_step"])
     assert lines["pageable H2D per step"] == fmt.mb(ev["pageable_h2d_bytes_per_step"])
     assert lines["pageable copy time per step"] == fmt.ms(ev["pageable_copy_us_per_step"])
+
+
+def test_the_html_report_shows_evidence_as_text_and_markdown_do():
+    """The HTML report formats evidence by the same declarations (``fmt.value`` with ``fmt.units_of``): every value
+    it shows as text on the real H200 capture's findings is the Markdown report's, and a declared share whose name
+    says nothing of a unit (gradscaler-with-bf16's tolerance) reads as a percentage in both."""
+    import json
+
+    from traceinspect.render import html, sections
+
+    d = json.loads((ROOT / "tests" / "golden" / "fixtures" / "gpu" / "big_baseline.json").read_text())
+    rank = {"rank": 0, "steps": [2], "share_of_step": 0.005}
+    tolerance = {"id": "gradscaler-with-bf16", "evidence": {"per_rank": [rank], "fp16_tolerance": 0.01}}
+    for f in d["findings"] + [tolerance]:
+        cols, rows, _left, rest = sections.evidence_rows(f)
+        markdown = {(k, v) for k, vals in rows for v in vals} | set(rest)
+        page = html._evidence(f)
+        shown = [(r["label"], c["text"]) for r in page["rows"] for c in r["cells"] if "text" in c]
+        shown += [(r["label"], r["cell"]["text"]) for r in page["rest"] if "text" in r["cell"]]
+        assert shown and set(shown) <= markdown, f["id"]
+    assert ("fp16 tolerance", fmt.pct(0.01)) in shown

@@ -117,8 +117,8 @@ def test_formatter():
     assert fmt.count(3, "copy") == "3 copies" and fmt.count(None, "step") == "- steps"
     assert fmt.ms(17736.4) == "17.74 ms" and fmt.ms(None) == "-" and fmt.ms(4.2) == "4.2 us"
     assert fmt.mb(67141632) == "67.1 MB" and fmt.pct(0.205) == "20.5 %" and fmt.gbps(6.0912) == "6.09 GB/s"
-    assert fmt.value("idle_split_us_per_step", {"dataloader": 37040.2, "sync": 702.3}) == \
-        "dataloader 37.04 ms, sync 0.70 ms"
+    assert fmt.value("idle_split_us_per_step", {"dataloader": 37040.2, "sync": 702.3},
+                     units={"idle_split_us_per_step": "ms"}) == "dataloader 37.04 ms, sync 0.70 ms"  # a mapping's unit
     assert fmt.label("pageable_h2d_bytes_per_step") == "pageable H2D per step"
     assert fmt.label("idle_us_per_step") == "idle time per step"
     assert fmt.ranges([0, 1, 2, 5]) == "0-2, 5" and fmt.ranges([]) == "-"

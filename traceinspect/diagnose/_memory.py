@@ -4,12 +4,14 @@ formatting, the memory severity scale, and the accumulation code fitted to the r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import msgspec
 
 import pandas as pd
 
 from ..analyze.outlook import Outlook, memory_outlook
+from .units import COUNT
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,8 @@ class BatchFit(msgspec.Struct, kw_only=True):
     gpu-idle): in their evidence, so that the fix says what the memory analysis knows."""
 
     memory_recorded: bool  # the trace has the allocator's events
-    batch_size: int | None  # today's physical batch (docs/memory.md)
-    max_batch_predicted: int | None  # the largest predicted to fit; null: not known
+    batch_size: Annotated[int, COUNT] | None  # today's physical batch (docs/memory.md)
+    max_batch_predicted: Annotated[int, COUNT] | None  # the largest predicted to fit; null: not known
     inference: bool  # no backward pass and no optimizer: nothing to rescale
 
 

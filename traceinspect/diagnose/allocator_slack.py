@@ -20,10 +20,13 @@ and the peak reserved reaches ``memory_near_full_share`` of it (the slack is the
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ._memory import gib, rank_memory, share_grade
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from .units import BYTES, Share
 
 FIX = ("# in the launcher's environment, before the process first touches CUDA:\n"
        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
@@ -31,20 +34,20 @@ FIX = ("# in the launcher's environment, before the process first touches CUDA:\
 
 
 class RankEvidence(RankHit, kw_only=True):
-    peak_reserved_bytes: int
-    peak_allocated_bytes: int
-    slack_bytes: int
-    slack_share: float
+    peak_reserved_bytes: Annotated[int, BYTES]
+    peak_allocated_bytes: Annotated[int, BYTES]
+    slack_bytes: Annotated[int, BYTES]
+    slack_share: Share  # of the peak reserved
     alloc_conf: str | None
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    bytes_at_stake: int
-    capacity_bytes: int | None
+    bytes_at_stake: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES] | None
     near_full: bool
-    threshold_share: float
-    min_bytes: int
+    threshold_share: Share
+    min_bytes: Annotated[int, BYTES]
 
 
 def _rank(ra, config, report):

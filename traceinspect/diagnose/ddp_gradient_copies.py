@@ -20,26 +20,29 @@ is in the forward). Info; warning at 5 % of the device. No time.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ._memory import gib, rank_memory, share_grade
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
+from .units import BYTES
 
 FIX = ("model = DistributedDataParallel(model, device_ids=[local_rank], gradient_as_bucket_view=True)\n"
        "# .grad becomes a view of DDP's bucket: one copy of the gradients, not two")
 
 
 class RankEvidence(RankHit, kw_only=True):
-    peak_allocated_bytes: int
-    peak_without_copies_bytes: int
-    gradient_copies_at_peak_bytes: int
+    peak_allocated_bytes: Annotated[int, BYTES]
+    peak_without_copies_bytes: Annotated[int, BYTES]
+    gradient_copies_at_peak_bytes: Annotated[int, BYTES]
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    bytes_at_stake: int
-    capacity_bytes: int | None
-    min_bytes: int
+    bytes_at_stake: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES] | None
+    min_bytes: Annotated[int, BYTES]
 
 
 def _rank(ra, config, report):

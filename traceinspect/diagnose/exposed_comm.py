@@ -40,6 +40,7 @@ collective kinds, e.g. ``allreduce``, quoted: a name from a trace is never code)
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -47,6 +48,7 @@ import numpy as np
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import median, quoted
 from .takes import Estimate
+from .units import US, Bytes, Count, GBps, Share, Us
 
 COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
@@ -75,25 +77,25 @@ KIND = re.compile(r"[a-z][a-z_]{0,31}")  # a collective kind (analyze/comm_names
 
 class RankEvidence(RankHit, kw_only=True):
     basis: str
-    exposed_comm_us_per_step: float
-    waiting_for_other_ranks_us_per_step: float  # a straggler's cost, not communication's
-    comm_cost_us_per_step: float  # exposed less waiting
-    share_of_step: float
-    tail_us_per_step: float | None
-    tails_all_rounds_us_per_step: float | None
-    rest_us_per_step: float
-    wall_us_per_step: float
-    allreduce_busbw_gbps: float | None
-    comm_calls_per_step: float | None
+    exposed_comm_us_per_step: Us
+    waiting_for_other_ranks_us_per_step: Us  # a straggler's cost, not communication's
+    comm_cost_us_per_step: Us  # exposed less waiting
+    share_of_step: Share
+    tail_us_per_step: Us | None
+    tails_all_rounds_us_per_step: Us | None
+    rest_us_per_step: Us
+    wall_us_per_step: Us
+    allreduce_busbw_gbps: GBps | None
+    comm_calls_per_step: Count | None
     # DDP's gradient buckets: only on a DDP rank (other strategies have no buckets to count)
-    buckets_per_round: float | None | msgspec.UnsetType = msgspec.UNSET
-    grad_bytes_per_round: float | None | msgspec.UnsetType = msgspec.UNSET
-    comm_time_by_collective_us_per_step: dict[str, float]
+    buckets_per_round: Count | None | msgspec.UnsetType = msgspec.UNSET
+    grad_bytes_per_round: Bytes | None | msgspec.UnsetType = msgspec.UNSET
+    comm_time_by_collective_us_per_step: dict[str, Annotated[float, US]]
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
+    threshold_share_warning: Share
     note: str | msgspec.UnsetType = msgspec.UNSET
 
 

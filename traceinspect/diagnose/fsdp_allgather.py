@@ -44,6 +44,7 @@ import numpy as np
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from .takes import Estimate
+from .units import Count, Share, Us
 
 FORWARD_PREFETCH_MARK = "FSDP::forward_prefetch"
 BACKWARD_PREFETCH_MARK = "FSDP::backward_prefetch"
@@ -66,26 +67,26 @@ FSDP1_LINES = {
 
 
 class RankEvidence(RankHit, kw_only=True):
-    wall_us_per_step: float
-    allgathers_per_step: float
-    forward_allgather_exposed_us_per_step: float
-    backward_allgather_exposed_us_per_step: float
-    allgather_share_of_step: float
+    wall_us_per_step: Us
+    allgathers_per_step: Count
+    forward_allgather_exposed_us_per_step: Us
+    backward_allgather_exposed_us_per_step: Us
+    allgather_share_of_step: Share
     forward_prefetch_seen: bool
     backward_prefetch_seen: bool
     reshard_after_forward: bool | None
-    reshard_saving_us_per_step: float  # reshard_after_forward=False: the backward all-gathers' exposed time
-    forward_prefetch_saving_us_per_step: float
-    backward_prefetch_saving_us_per_step: float
-    estimate_us_per_step: float  # the knobs that apply, summed (the claim)
+    reshard_saving_us_per_step: Us  # reshard_after_forward=False: the backward all-gathers' exposed time
+    forward_prefetch_saving_us_per_step: Us
+    backward_prefetch_saving_us_per_step: Us
+    estimate_us_per_step: Us  # the knobs that apply, summed (the claim)
     knobs: list[str]  # the knobs that apply, largest saving first
-    reduce_scatter_exposed_us_per_step: float
-    reduce_scatter_after_backward_exposed_us_per_step: float
+    reduce_scatter_exposed_us_per_step: Us
+    reduce_scatter_after_backward_exposed_us_per_step: Us
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
+    threshold_share_warning: Share
 
 
 def _hideable(g) -> float:

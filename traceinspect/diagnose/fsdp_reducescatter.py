@@ -43,12 +43,15 @@ reduction; the gradients accumulate unsharded (more memory, as in DDP's ``no_syn
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from .fsdp_allgather import _not_waiting, _removable
 from .takes import Estimate
+from .units import COUNT, Count, Share, Us
 
 FSDP2_FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
@@ -71,23 +74,23 @@ FSDP1_FIX = (
 
 class RankEvidence(RankHit, kw_only=True):
     basis: str  # "annotations": FSDP2's reduction annotations on the training thread; "exposed": reduce-scatters
-    wall_us_per_step: float
-    backward_passes_per_step: int
-    passes_with_reduce_scatter_per_step: int
-    reduce_scatters_per_step: float
-    redundant_reduce_scatters_per_step: float  # issued in passes before the last
-    reduction_us_per_step: float | None  # training-thread time in FSDP2's reductions, every pass (None: not seen)
-    redundant_reduction_us_per_step: float | None  # ... of the passes before the last
-    redundant_exposed_us_per_step: float  # exposed time of those passes' reduce-scatters, each at most its execution
-    last_pass_reduce_scatter_exposed_us_per_step: float  # the sync the step needs
-    after_backward_reduce_scatter_exposed_us_per_step: float  # issued after the last backward (phase "other")
-    estimate_us_per_step: float  # the claim
-    share_of_step: float
+    wall_us_per_step: Us
+    backward_passes_per_step: Annotated[int, COUNT]
+    passes_with_reduce_scatter_per_step: Annotated[int, COUNT]
+    reduce_scatters_per_step: Count
+    redundant_reduce_scatters_per_step: Count  # issued in passes before the last
+    reduction_us_per_step: Us | None  # training-thread time in FSDP2's reductions, every pass (None: not seen)
+    redundant_reduction_us_per_step: Us | None  # ... of the passes before the last
+    redundant_exposed_us_per_step: Us  # exposed time of those passes' reduce-scatters, each at most its execution
+    last_pass_reduce_scatter_exposed_us_per_step: Us  # the sync the step needs
+    after_backward_reduce_scatter_exposed_us_per_step: Us  # issued after the last backward (phase "other")
+    estimate_us_per_step: Us  # the claim
+    share_of_step: Share
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_passes: int
+    threshold_passes: Annotated[int, COUNT]
 
 
 def _mean(values: list) -> float:

@@ -24,7 +24,7 @@ at launch overhead), GPU busy time.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 
@@ -32,6 +32,7 @@ from ._memory import BatchFit, batch_fit
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_evidence, loader_fix, mean, step_ids
 from .takes import Rest
+from .units import US, Count, Share, Us
 
 FIXES = {  # data: dataloader-stall's, from the rank's recorded settings (_util.loader_fix)
     "sync": "avoid .item() / .cpu() / torch.cuda.synchronize() inside the step; log every N steps",
@@ -41,19 +42,19 @@ LABEL = {"dataloader": "waiting for data", "sync": "blocked in syncs", "cpu": "t
 
 
 class RankEvidence(RankHit, kw_only=True):
-    idle_us_per_step: float
-    share_of_step: float
-    idle_split_us_per_step: dict[str, float]  # dataloader, sync, cpu
+    idle_us_per_step: Us
+    share_of_step: Share
+    idle_split_us_per_step: dict[str, Annotated[float, US]]  # dataloader, sync, cpu
     main_cause: str
-    kernels_per_step: float
-    median_kernel_us: float
-    gpu_busy_us_per_step: float
+    kernels_per_step: Count
+    median_kernel_us: Us
+    gpu_busy_us_per_step: Us
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     FIX_ONLY: ClassVar = ("loader",)
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
+    threshold_share_warning: Share
     # the first rank's DataLoader (_util.loader_evidence): its fix where data is the main cause
     loader: dict = msgspec.field(default_factory=dict)
     # whether a larger batch fits (the titled rank's memory, _memory.batch_fit): the CPU cause's fix says so

@@ -31,6 +31,7 @@ import msgspec
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import by_row
 from .takes import Estimate
+from .units import Count, Share, Us
 
 FIX = (
     'scaler = torch.amp.GradScaler("cuda", enabled=(amp_dtype == torch.float16))  # off for bf16\n'
@@ -39,20 +40,29 @@ FIX = (
 FP16_TOLERANCE = 0.01
 
 
+class ScalerOp(msgspec.Struct, kw_only=True):
+    """One of GradScaler's ops, per step."""
+
+    count: Count
+    cpu_us: Us
+    kernel_count: Count
+    gpu_us: Us
+
+
 class RankEvidence(RankHit, kw_only=True):
-    scaler_ops_per_step: dict[str, dict[str, float]]  # op -> count, cpu_us, kernel_count, gpu_us
-    scaler_cpu_us_per_step: float
-    scaler_gpu_us_per_step: float
-    share_of_step: float
-    bf16_matmul_us_per_step: float
-    fp16_matmul_us_per_step: float
+    scaler_ops_per_step: dict[str, ScalerOp]  # by op
+    scaler_cpu_us_per_step: Us
+    scaler_gpu_us_per_step: Us
+    share_of_step: Share
+    bf16_matmul_us_per_step: Us
+    fp16_matmul_us_per_step: Us
     capture_amp_dtype: str | None  # what the capture recorded
     capture_grad_scaler: bool | None
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    fp16_tolerance: float
+    fp16_tolerance: Share  # of the 16-bit matrix time: fp16 up to this share still reads as a bf16 run
 
 
 def _rank(ra, config, report):
@@ -74,7 +84,7 @@ def _rank(ra, config, report):
     return RankEvidence(
         rank=ra.rank,
         steps=sorted(int(x) for x in amp["step"].unique()),
-        scaler_ops_per_step=by_row(by),
+        scaler_ops_per_step={op: ScalerOp(**row) for op, row in by_row(by).items()},
         scaler_cpu_us_per_step=float(by["cpu_us"].sum()),
         scaler_gpu_us_per_step=float(by["gpu_us"].sum()),
         share_of_step=cost / max(float(s["wall_us"].mean()), 1e-9),

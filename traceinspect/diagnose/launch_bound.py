@@ -49,6 +49,8 @@ launches are slow for a reason fewer launches do not remove (the threads share o
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
@@ -56,6 +58,7 @@ from ._memory import BatchFit, batch_fit
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import first_window, mean, step_ids, thread_cpu_per_step
 from .takes import Column
+from .units import COUNT, Count, Share, Us
 
 FIX = (
     'model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs: forward and backward replayed\n'
@@ -68,37 +71,37 @@ U = msgspec.UNSET
 
 
 class RankEvidence(RankHit, kw_only=True):
-    kernels_per_step: float
-    median_kernel_us: float
-    short_kernels_per_step: float | None
-    launch_calls_per_step: float | None
-    launch_call_us_per_step: float | None
-    cpu_us_per_launch_call: float | None
-    cpu_us_per_kernel: float
-    graph_launches_per_step: float
-    kernels_per_launch: float | None
-    gpu_us_per_launch_median: float
-    cpu_us_per_launch: float
-    cpu_step_us: float
-    cpu_issue_us: float  # the step's CPU time less data waits and blocked syncs
-    idle_other_us_per_step: float
-    idle_other_share: float
+    kernels_per_step: Count
+    median_kernel_us: Us
+    short_kernels_per_step: Count | None
+    launch_calls_per_step: Count | None
+    launch_call_us_per_step: Us | None
+    cpu_us_per_launch_call: Us | None
+    cpu_us_per_kernel: Us
+    graph_launches_per_step: Count
+    kernels_per_launch: Count | None
+    gpu_us_per_launch_median: Us
+    cpu_us_per_launch: Us
+    cpu_step_us: Us
+    cpu_issue_us: Us  # the step's CPU time less data waits and blocked syncs
+    idle_other_us_per_step: Us
+    idle_other_share: Share  # the launch wait's share of the step
     # the claim's basis (analyze/issue.py, analyze/idle.py); None where the step table has no such column
-    capturable_cpu_us_per_step: float | None = None  # CPU time a CUDA graph of the model takes off the CPU
-    idle_launch_us_per_step: float | None = None  # launch overhead, all of it
-    idle_launch_capturable_us_per_step: float | None = None  # ... of it while that capturable work ran: the claim
-    kept_idle_us_per_step: float | None = None  # ... the rest, while work a graph leaves on the CPU ran
-    smi_util: float | None
+    capturable_cpu_us_per_step: Us | None = None  # CPU time a CUDA graph of the model takes off the CPU
+    idle_launch_us_per_step: Us | None = None  # launch overhead, all of it
+    idle_launch_capturable_us_per_step: Us | None = None  # ... of it while that capturable work ran: the claim
+    kept_idle_us_per_step: Us | None = None  # ... the rest, while work a graph leaves on the CPU ran
+    smi_util: Share | None  # of the step window with a kernel running
     # where the capture timed the process's threads (process_threads)
-    loop_thread_cpu_us_per_step: float | msgspec.UnsetType = U
-    loop_thread_off_cpu_us_per_step: float | msgspec.UnsetType = U
-    pin_thread_cpu_us_per_step: float | None | msgspec.UnsetType = U
+    loop_thread_cpu_us_per_step: Us | msgspec.UnsetType = U
+    loop_thread_off_cpu_us_per_step: Us | msgspec.UnsetType = U
+    pin_thread_cpu_us_per_step: Us | None | msgspec.UnsetType = U
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_idle_share: float
-    min_kernels_per_step: int
+    threshold_idle_share: Share
+    min_kernels_per_step: Annotated[int, COUNT]
     claim_note: str | None = None  # where the claim is an upper bound of what the fix saves, why
     batch_fit: BatchFit | None = None  # whether a larger batch fits (the titled rank's memory, _memory.batch_fit)
 

@@ -19,12 +19,15 @@ again. No time.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
 from ._memory import gib, rank_memory, share_grade
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import quoted, shown
+from .units import BYTES, Bytes, Count
 
 STEPS_TO_FULL_CRITICAL = 10_000
 
@@ -32,23 +35,23 @@ STEPS_TO_FULL_CRITICAL = 10_000
 class Grower(msgspec.Struct, kw_only=True):
     op: str
     phase: str
-    bytes_per_step: float
-    count_per_step: float
+    bytes_per_step: Bytes
+    count_per_step: Count
 
 
 class RankEvidence(RankHit, kw_only=True):
-    end_allocated_bytes: list[int]
-    growth_bytes_per_step: float
-    kept_bytes_per_step: float  # allocations the recording never saw freed, per step
+    end_allocated_bytes: list[Annotated[int, BYTES]]
+    growth_bytes_per_step: Bytes
+    kept_bytes_per_step: Bytes  # allocations the recording never saw freed, per step
     growers: list[Grower]
-    steps_to_full: float | None  # at this rate, until the peak reaches the device's memory
+    steps_to_full: Count | None  # at this rate, until the peak reaches the device's memory
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    bytes_at_stake: int
-    capacity_bytes: int | None
-    min_growth_bytes: int
+    bytes_at_stake: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES] | None
+    min_growth_bytes: Annotated[int, BYTES]
 
 
 def _rank(ra, config, report):

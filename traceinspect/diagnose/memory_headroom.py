@@ -17,27 +17,30 @@ accumulation, the (physical batch, accumulation steps) pairs that keep the logic
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ._memory import batch_fit, gib, rank_memory
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from .units import BYTES, COUNT, Share
 
 
 class RankEvidence(RankHit, kw_only=True):
-    peak_reserved_bytes: int
-    capacity_bytes: int
-    batch_size: int
-    accumulation_steps: int | None
-    max_batch_predicted: int
-    max_batch_peak_bytes: int
+    peak_reserved_bytes: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES]
+    batch_size: Annotated[int, COUNT]
+    accumulation_steps: Annotated[int, COUNT] | None
+    max_batch_predicted: Annotated[int, COUNT]
+    max_batch_peak_bytes: Annotated[int, BYTES]
     inference: bool = False  # the step runs no backward pass and no optimizer
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    bytes_at_stake: int
-    capacity_bytes: int
-    threshold_share: float
+    bytes_at_stake: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES]
+    threshold_share: Share
 
 
 def _rank(ra, config, report):

@@ -20,29 +20,32 @@ blocks, bf16 autocast where the run is fp32.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ._memory import accumulation_code, gib, rank_memory
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
+from .units import BYTES, COUNT, Share
 
 
 class RankEvidence(RankHit, kw_only=True):
-    peak_reserved_bytes: int | None
-    peak_allocated_bytes: int
-    capacity_bytes: int
-    share: float
-    oom_events: int
-    batch_size: int | None
-    accumulation_steps: int | None
-    half_batch_peak_bytes: int | None  # predicted peak allocated at half the physical batch
+    peak_reserved_bytes: Annotated[int, BYTES] | None
+    peak_allocated_bytes: Annotated[int, BYTES]
+    capacity_bytes: Annotated[int, BYTES]
+    share: Share  # of the device: the peak reserved (allocated where unknown) over the capacity
+    oom_events: Annotated[int, COUNT]
+    batch_size: Annotated[int, COUNT] | None
+    accumulation_steps: Annotated[int, COUNT] | None
+    half_batch_peak_bytes: Annotated[int, BYTES] | None  # predicted peak allocated at half the physical batch
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    bytes_at_stake: int | None
-    capacity_bytes: int
-    threshold_share: float
-    critical_share: float
+    bytes_at_stake: Annotated[int, BYTES] | None
+    capacity_bytes: Annotated[int, BYTES]
+    threshold_share: Share
+    critical_share: Share
     FIX_ONLY = ("amp", "setup_parallelism")
     amp: str | None = None
     setup_parallelism: str | None = None

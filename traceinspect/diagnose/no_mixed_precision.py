@@ -46,6 +46,7 @@ from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import loader_period_us, mean, shown, step_ids
 from .bounds import autocast_cpu_us
 from .takes import Column
+from .units import Share, Us
 
 FIX = (
     'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
@@ -66,23 +67,33 @@ HOLDS_IF = ("the DataLoader keeps up with a faster step: how fast it could feed 
 SAVING = 0.75  # share of the fp32 matrix time a switch to bf16 saves, conservatively (4x)
 
 
+class Fp32Kernel(msgspec.Struct, kw_only=True):
+    """One of the fp32 matrix kernels that take the most time (analyze/precision.py's ``matmul_kernels``)."""
+
+    kernel: str
+    family: str
+    op: str | None  # the op that launched it, where known
+    source: str  # how its precision was decided
+    us_per_step: Us
+
+
 class RankEvidence(RankHit, kw_only=True):
     device: str | None
     compute_capability: list[int]
-    fp32_matmul_us_per_step: float
-    tf32_matmul_us_per_step: float
-    matmul_16bit_us_per_step: float
-    matmul_us_per_step: float
-    compute_kernel_us_per_step: float
-    fp32_share_of_kernel_time: float
-    top_fp32_kernels: list[dict]  # kernel, family, op, source, us_per_step
-    loader_period_us: float | msgspec.UnsetType = msgspec.UNSET  # where the capture timed the loader
+    fp32_matmul_us_per_step: Us
+    tf32_matmul_us_per_step: Us
+    matmul_16bit_us_per_step: Us
+    matmul_us_per_step: Us
+    compute_kernel_us_per_step: Us
+    fp32_share_of_kernel_time: Share
+    top_fp32_kernels: list[Fp32Kernel]
+    loader_period_us: Us | msgspec.UnsetType = msgspec.UNSET  # where the capture timed the loader
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
-    assumed_saving: float
+    threshold_share_warning: Share
+    assumed_saving: Share  # of the fp32 matrix time
     saving_holds_if: str | None  # what the saving assumes that no trace shows (thin evidence)
 
 
@@ -107,8 +118,8 @@ def _rank(ra, config, report):
     if kt is not None and len(kt):
         k = kt[kt["precision"] == "fp32"].head(5)
         nsteps = max(len(s), 1)
-        top = [{"kernel": r["name"], "family": r["family"], "op": r["op"], "source": r["source"],
-                "us_per_step": float(r["total_us"]) / nsteps} for _, r in k.iterrows()]
+        top = [Fp32Kernel(kernel=r["name"], family=r["family"], op=r["op"], source=r["source"],
+                          us_per_step=float(r["total_us"]) / nsteps) for _, r in k.iterrows()]
     period = loader_period_us(ra)  # where the capture timed the loader (its workers, its pinning thread)
     ev = RankEvidence(
         rank=ra.rank, device=ra.device, compute_capability=list(cc), steps=step_ids(s, mask),

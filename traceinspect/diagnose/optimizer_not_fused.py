@@ -37,11 +37,14 @@ stake**: the CPU time inside the flagged records (an upper bound: a fused step t
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import by_row, quoted, shown
 from .takes import Estimate
+from .units import COUNT, Count, Share, Us
 
 FIX = (
     "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # or foreach=True\n"
@@ -52,18 +55,42 @@ FUSED_CLASSES = {"Adam", "AdamW", "SGD", "Adagrad"}
 TORCH_OPTIM = FUSED_CLASSES | {"RMSprop", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop"}
 
 
+class ParameterSteps(msgspec.Struct, kw_only=True):
+    """An optimizer class's per-parameter steps, per step (analyze's ``optimizer`` table)."""
+
+    calls: Count
+    cpu_us: Us
+    ops: Count
+    foreach_ops: Count
+    fused_ops: Count
+    single_tensor_ops: Count
+    kernel_count: Count
+    multi_tensor_kernels: Count
+    gpu_us: Us
+
+
+class ZeroFills(msgspec.Struct, kw_only=True):
+    """An optimizer class's zero_grad calls that fill the gradients with zeros, per step."""
+
+    calls: Count
+    cpu_us: Us
+    zero_ops: Count
+    kernel_count: Count
+    gpu_us: Us
+
+
 class RankEvidence(RankHit, kw_only=True):
     basis: str
-    share_of_step_cpu: float
-    flagged_cpu_us_per_step: float  # CPU time in the per-parameter steps and zero-fills
-    per_parameter_step: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET  # optimizer class -> ...
-    zero_grad_fills: dict[str, dict[str, float]] | msgspec.UnsetType = msgspec.UNSET
+    share_of_step_cpu: Share  # of the step's CPU time
+    flagged_cpu_us_per_step: Us  # CPU time in the per-parameter steps and zero-fills
+    per_parameter_step: dict[str, ParameterSteps] | msgspec.UnsetType = msgspec.UNSET  # by optimizer class
+    zero_grad_fills: dict[str, ZeroFills] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
     patterns: list[str]  # "per-parameter", "zero-fill"
-    min_ops: int
+    min_ops: Annotated[int, COUNT]
 
 
 def fix(ev: Evidence, setup=None) -> str:
@@ -123,10 +150,10 @@ def _rank(ra, config, report):
     if len(single):
         g = single.groupby("optimizer")[["calls", "cpu_us", "ops", "foreach_ops", "fused_ops", "single_tensor_ops",
                                           "kernel_count", "multi_tensor_kernels", "gpu_us"]].sum() / nsteps
-        parts["per_parameter_step"] = by_row(g)
+        parts["per_parameter_step"] = {k: ParameterSteps(**v) for k, v in by_row(g).items()}
     if len(zg):
         g = zg.groupby("optimizer")[["calls", "cpu_us", "zero_ops", "kernel_count", "gpu_us"]].sum() / nsteps
-        parts["zero_grad_fills"] = by_row(g)
+        parts["zero_grad_fills"] = {k: ZeroFills(**v) for k, v in by_row(g).items()}
     return RankEvidence(rank=ra.rank, basis=ra.basis, share_of_step_cpu=flagged_cpu / max(cpu_step, 1e-9),
                         flagged_cpu_us_per_step=flagged_cpu,
                         steps=sorted(int(x) for x in set(single["step"]) | set(zg["step"])), **parts)
@@ -138,8 +165,9 @@ def _summary(hits, w, report, config):
                                                          ("zero-fill", x.zero_grad_fills)) if part})
     parts = []
     if "per-parameter" in kinds:
-        name, v = next(iter((e.per_parameter_step or {"optimizer": {"ops": 0, "kernel_count": 0}}).items()))
-        what = f"{v['ops']:.0f} ops" + (f", {v['kernel_count']:.0f} kernels" if v["kernel_count"] else "")
+        name, v = next(iter(e.per_parameter_step.items())) if e.per_parameter_step else ("optimizer", None)
+        ops, kernels = (v.ops, v.kernel_count) if v is not None else (0, 0)
+        what = f"{ops:.0f} ops" + (f", {kernels:.0f} kernels" if kernels else "")
         parts.append(f"{shown(name)} steps one parameter at a time ({what} per step)")
     if "zero-fill" in kinds:
         parts.append("zero_grad fills gradients with zeros")

@@ -37,43 +37,46 @@ rank whose weight-gradient work fills the bubble).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, RankHit, Rule, finding
 from ._util import real_steps
 from .takes import Estimate
+from .units import COUNT, Bytes, Count, Share, Us
 
 
 class StageEvidence(RankHit, kw_only=True):
     stage: int  # the stage's position among the ranks showing pipeline work (rank order)
-    bubble_us_per_step: float
-    bubble_share: float  # of the step
-    wall_us_per_step: float
-    compute_us_per_step: float  # the step less the bubble and the optimizer step: the stage's pipelined work
-    transfers_per_step: float
-    fill_drain_us_per_step: float  # (p-1)/m x compute, at most the bubble: the schedule's own
-    imbalance_us_per_step: float  # the slowest stage's compute less this one's, at most what is left of the bubble
-    rest_us_per_step: float  # bubble less the two: the transfers themselves and unexplained waits
-    bytes_per_transfer: float | None  # median size of the stage's sends and receives (one micro-batch's tensor)
-    saving_if_doubled_us_per_step: float  # m -> 2m, of the bubble
-    saving_if_halved_us_per_step: float | None  # m -> m/2 (None with m < 2)
-    claim_us_per_step: float  # the recommended change's saving, the mean over stages, at least 0 (the claim)
+    bubble_us_per_step: Us
+    bubble_share: Share  # of the step
+    wall_us_per_step: Us
+    compute_us_per_step: Us  # the step less the bubble and the optimizer step: the stage's pipelined work
+    transfers_per_step: Count
+    fill_drain_us_per_step: Us  # (p-1)/m x compute, at most the bubble: the schedule's own
+    imbalance_us_per_step: Us  # the slowest stage's compute less this one's, at most what is left of the bubble
+    rest_us_per_step: Us  # bubble less the two: the transfers themselves and unexplained waits
+    bytes_per_transfer: Bytes | None  # median size of the stage's sends and receives (one micro-batch's tensor)
+    saving_if_doubled_us_per_step: Us  # m -> 2m, of the bubble
+    saving_if_halved_us_per_step: Us | None  # m -> m/2 (None with m < 2)
+    claim_us_per_step: Us  # the recommended change's saving, the mean over stages, at least 0 (the claim)
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[StageEvidence]
-    stages: int
-    microbatches: int
+    stages: Annotated[int, COUNT]
+    microbatches: Annotated[int, COUNT]
     schedule: str | None
-    schedule_bubble_share: float  # (p-1)/(m+p-1)
-    measured_bubble_share: float  # mean over stages of bubble / (bubble + compute)
-    suggested_microbatches: int | None  # 2m or m/2, whichever saves more; None: neither saves
-    suggested_bubble_share: float | None  # (p-1)/(m'+p-1)
-    saving_if_doubled_us_per_step: float  # mean over stages
-    saving_if_halved_us_per_step: float | None
-    saving_if_1f1b_us_per_step: float  # GPipe -> 1F1B: the same bubble
-    threshold_share_warning: float
+    schedule_bubble_share: Share  # (p-1)/(m+p-1)
+    measured_bubble_share: Share  # mean over stages of bubble / (bubble + compute)
+    suggested_microbatches: Annotated[int, COUNT] | None  # 2m or m/2, whichever saves more; None: neither saves
+    suggested_bubble_share: Share | None  # (p-1)/(m'+p-1)
+    saving_if_doubled_us_per_step: Us  # mean over stages
+    saving_if_halved_us_per_step: Us | None
+    saving_if_1f1b_us_per_step: Us  # GPipe -> 1F1B: the same bubble
+    threshold_share_warning: Share
 
 
 def bubble_share(p: int, m: int) -> float:

@@ -36,46 +36,49 @@ first one at 1 MiB).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from .takes import Estimate
+from .units import BYTES, COUNT, Bytes, MiB, Share, Us
+from .units import MIB as MIB_UNIT  # this module's MIB is the bytes in one
 
 U = msgspec.UNSET
 Unset = msgspec.UnsetType
 
 
 class RankEvidence(RankHit, kw_only=True):
-    buckets_per_round: int
-    rounds_per_step: int
-    bucket_cap_mb_recorded: float | None  # what the capture recorded of DDP's settings
-    first_bucket_cap_mb_recorded: float | None
+    buckets_per_round: Annotated[int, COUNT]
+    rounds_per_step: Annotated[int, COUNT]
+    bucket_cap_mb_recorded: MiB | None  # what the capture recorded of DDP's settings
+    first_bucket_cap_mb_recorded: MiB | None
     # from the trace's sizes (medians over the steps), or from the recorded cap where the trace has none
-    bucket_min_bytes: float | Unset = U
-    bucket_median_bytes: float | Unset = U
-    bucket_max_bytes: float | Unset = U
-    grad_bytes_per_round: float | Unset = U
-    small_buckets_per_round: int | Unset = U
-    small_share: float | Unset = U
+    bucket_min_bytes: Bytes | Unset = U
+    bucket_median_bytes: Bytes | Unset = U
+    bucket_max_bytes: Bytes | Unset = U
+    grad_bytes_per_round: Bytes | Unset = U
+    small_buckets_per_round: Annotated[int, COUNT] | Unset = U
+    small_share: Share | Unset = U  # of the buckets per round
     sizes_from: str | Unset = U
-    comm_time_share_below_knee: float | None | Unset = U
+    comm_time_share_below_knee: Share | None | Unset = U  # of the communication time
     # the recommendation, where the gradient's size is known
-    recommended_bucket_cap_mb: int | Unset = U
-    calls_per_round_before: int | Unset = U
-    calls_per_round_after: int | Unset = U
-    calls_per_step_before: int | Unset = U
-    calls_per_step_after: int | Unset = U
-    per_call_floor_us: float | None | Unset = U  # the shortest gradient all-reduce
-    time_at_stake_us: float | Unset = U  # the calls saved x the per-call floor
+    recommended_bucket_cap_mb: Annotated[int, MIB_UNIT] | Unset = U
+    calls_per_round_before: Annotated[int, COUNT] | Unset = U
+    calls_per_round_after: Annotated[int, COUNT] | Unset = U
+    calls_per_step_before: Annotated[int, COUNT] | Unset = U
+    calls_per_step_after: Annotated[int, COUNT] | Unset = U
+    per_call_floor_us: Us | None | Unset = U  # the shortest gradient all-reduce
+    time_at_stake_us: Us | Unset = U  # the calls saved x the per-call floor
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_min_buckets_per_round: int
-    threshold_small_bucket_bytes: int
-    threshold_small_share: float
+    threshold_min_buckets_per_round: Annotated[int, COUNT]
+    threshold_small_bucket_bytes: Annotated[int, BYTES]
+    threshold_small_share: Share
 
 
 def fix(ev: Evidence, setup=None) -> str:

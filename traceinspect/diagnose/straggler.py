@@ -50,13 +50,14 @@ causes per step, the cause with both sides' numbers, and every candidate compare
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 
 from ._rule import Claim, Needs, Rule, finding
 from .fixes import setup_of
 from .takes import Estimate
+from .units import COUNT, Count, Share, Us
 
 FIXES = {
     "dataloader_us": (
@@ -95,45 +96,57 @@ def _ms_or_us(us: float) -> str:
     return f"{us / 1000:.1f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
 
 
+class Candidate(msgspec.Struct, kw_only=True):
+    """One per-step number of the late rank against the others' median, as the cross-rank analysis compares them
+    (the cause is the largest difference)."""
+
+    metric: str  # the step column
+    label: str
+    late_rank_us: Us | None
+    others_us: Us | None
+    difference_us: Us | None
+    difference_se_us: Us | None  # standard error of the difference's mean over the steps
+
+
 class Evidence(msgspec.Struct, kw_only=True):
     FIX_ONLY: ClassVar = ("cpu_only",)
     rank: int
-    last_count: int
-    matched_collectives: int
-    last_share: float | None
-    caused_wait_share: float | None
-    mean_skew_us: float | None
-    mean_skew_share: float | None
-    max_skew_us: float | None
-    caused_wait_per_step_us: float | None
-    others_caused_wait_per_step_us: float
-    net_wait_per_step_us: float  # what it costs the others, net of what they cost one another
-    share_of_step: float
-    step_wall_us: float
-    cause: dict | None  # the cross-rank analysis' cause, where it explains at least CAUSE_MIN_SHARE of the wait
-    cause_explains_share: float | None
-    largest_difference: dict | None
+    last_count: Annotated[int, COUNT]
+    matched_collectives: Annotated[int, COUNT]
+    last_share: Share | None  # of the matched collectives
+    caused_wait_share: Share | None  # of the waiting the ranks cause one another
+    mean_skew_us: Us | None
+    mean_skew_share: Share | None  # of the step
+    max_skew_us: Us | None
+    caused_wait_per_step_us: Us | None
+    others_caused_wait_per_step_us: Us
+    net_wait_per_step_us: Us  # what it costs the others, net of what they cost one another
+    share_of_step: Share
+    step_wall_us: Us
+    cause: Candidate | None  # the cross-rank analysis' cause, where it explains at least CAUSE_MIN_SHARE of the wait
+    cause_explains_share: Share | None  # of the net wait (above 1 where the difference exceeds it)
+    largest_difference: Candidate | None
     thin_evidence: bool
-    steps_with_collectives: int
-    threshold_cause_share: float
-    threshold_min_matched: int
-    candidates: list
-    unmatched_collectives: int
-    threshold_min_last_share: float
-    threshold_share_warning: float
-    threshold_min_skew_us: float
+    steps_with_collectives: Annotated[int, COUNT]
+    threshold_cause_share: Share
+    threshold_min_matched: Annotated[int, COUNT]
+    candidates: list[Candidate]
+    unmatched_collectives: Annotated[int, COUNT]
+    threshold_min_last_share: Share
+    threshold_share_warning: Share
+    threshold_min_skew_us: Us
     cpu_only: bool = False  # every rank of the run is CPU-only: no GPU advice
-    net_wait_se_us: float | None = None  # standard error of the per-step net wait's mean (None: under MIN_STEPS)
-    threshold_noise_se: float | None = None
+    net_wait_se_us: Us | None = None  # standard error of the per-step net wait's mean (None: under MIN_STEPS)
+    threshold_noise_se: Count | None = None  # how many standard errors
 
 
 def fix(ev: Evidence, setup=None) -> str:
-    out = FIXES.get(ev.cause["metric"], GENERIC_FIX) if ev.cause else UNSEEN_FIX
+    out = FIXES.get(ev.cause.metric, GENERIC_FIX) if ev.cause else UNSEEN_FIX
     if ev.cpu_only:  # no GPU advice on a CPU-only run
         gpu_only = ",\n                    prefetch_factor=4, pin_memory=True)"
         out = out.replace(gpu_only, ",\n                    prefetch_factor=4)")
     out = out.format(r=ev.rank)
-    if setup is not None and ev.cause and ev.cause["metric"] == "dataloader_us":
+    if setup is not None and ev.cause and ev.cause.metric == "dataloader_us":
         from .fixes import fit_loader_fix  # the late rank's loader: workers within its cores, what it lacks
 
         head, *lines = out.split("\n")
@@ -221,10 +234,12 @@ def check(report, config) -> list:
         caused_wait_share=s.get("caused_wait_share"), mean_skew_us=s.get("mean_skew_us"),
         mean_skew_share=s.get("mean_skew_share"), max_skew_us=s.get("max_skew_us"),
         caused_wait_per_step_us=s.get("caused_wait_per_step_us"), others_caused_wait_per_step_us=others_caused,
-        net_wait_per_step_us=net, share_of_step=share, step_wall_us=wall, cause=cause if named else None,
-        cause_explains_share=explained, largest_difference=cause, thin_evidence=thin,
+        net_wait_per_step_us=net, share_of_step=share, step_wall_us=wall,
+        cause=Candidate(**cause) if named else None, cause_explains_share=explained,
+        largest_difference=Candidate(**cause) if cause else None, thin_evidence=thin,
         steps_with_collectives=nsteps, threshold_cause_share=CAUSE_MIN_SHARE, threshold_min_matched=MIN_MATCHED,
-        candidates=s.get("candidates", []), unmatched_collectives=cr.get("unmatched_count", 0),
+        candidates=[Candidate(**c) for c in s.get("candidates", [])],
+        unmatched_collectives=cr.get("unmatched_count", 0),
         threshold_min_last_share=min_last, threshold_share_warning=warn, threshold_min_skew_us=min_us,
         cpu_only=all(ra.basis == "cpu" for ra in report.ranks), net_wait_se_us=net_se,
         threshold_noise_se=config.straggler_noise_se,

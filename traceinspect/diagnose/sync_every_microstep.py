@@ -34,12 +34,15 @@ exposed tails, and what the capture recorded (``accumulation_steps``, ``no_sync`
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import median
 from .takes import Estimate
+from .units import COUNT, Bytes, Share, Us
 
 FIX = (
     "for i, (x, y) in enumerate(micro_batches):\n"
@@ -53,22 +56,22 @@ FIX = (
 
 
 class RankEvidence(RankHit, kw_only=True):
-    world_size: int | None
-    backward_passes_per_step: int | None
-    allreduce_rounds_per_step: int
-    buckets_per_round: int
-    grad_bytes_per_round: float | None
-    redundant_bytes_per_step: float | None  # (rounds - 1) x the gradient bytes
-    redundant_comm_time_us_per_step: float | None
-    redundant_exposed_us_per_step: float | None  # the extra rounds' tails
-    redundant_exposed_share: float | None
-    accumulation_steps_recorded: int | None  # what the capture recorded
+    world_size: Annotated[int, COUNT] | None
+    backward_passes_per_step: Annotated[int, COUNT] | None
+    allreduce_rounds_per_step: Annotated[int, COUNT]
+    buckets_per_round: Annotated[int, COUNT]
+    grad_bytes_per_round: Bytes | None
+    redundant_bytes_per_step: Bytes | None  # (rounds - 1) x the gradient bytes
+    redundant_comm_time_us_per_step: Us | None
+    redundant_exposed_us_per_step: Us | None  # the extra rounds' tails
+    redundant_exposed_share: Share | None  # of the step
+    accumulation_steps_recorded: Annotated[int, COUNT] | None  # what the capture recorded
     no_sync_recorded: bool | None
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_rounds: int
+    threshold_rounds: Annotated[int, COUNT]
 
 
 def _rank(ra, config, report):

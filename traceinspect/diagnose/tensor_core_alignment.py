@@ -28,12 +28,14 @@ commonly run 1.5-3x slower than aligned ones of the same size).
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import msgspec
 
 from ._rule import Claim, Fixed, Needs, PerRank, RankHit, Rule
 from ._util import shown
 from .takes import Estimate
+from .units import COUNT, Count, Share, Us
 
 FIX = (
     "vocab = (vocab + 63) // 64 * 64          # pad embedding / output sizes\n"
@@ -45,18 +47,32 @@ SAVING = 0.5
 MIN_DIM = 8
 
 
+class Shape(msgspec.Struct, kw_only=True):
+    """One misaligned GEMM shape (analyze/precision.py's ``gemm_shapes``), per step."""
+
+    op: str
+    precision: str
+    batch: Annotated[int, COUNT]
+    m: Annotated[int, COUNT]
+    n: Annotated[int, COUNT]
+    k: Annotated[int, COUNT]
+    count_per_step: Count
+    us_per_step: Us
+    kernel: str  # its most frequent kernel
+
+
 class RankEvidence(RankHit, kw_only=True):
-    misaligned_us_per_step: float
-    gemm16_us_per_step: float
-    misaligned_share: float
-    narrow_kernel_share: float
-    narrow_kernel_us_per_step: float
-    shapes: list[dict]  # op, precision, batch, m, n, k, count_per_step, us_per_step, kernel (8 at most)
+    misaligned_us_per_step: Us
+    gemm16_us_per_step: Us
+    misaligned_share: Share  # of the 16-bit GEMM time
+    narrow_kernel_share: Share  # of the 16-bit GEMM time
+    narrow_kernel_us_per_step: Us
+    shapes: list[Shape]  # the costliest (8 at most)
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share: float
+    threshold_share: Share
 
 
 def _narrow(kernel: str) -> bool:
@@ -91,9 +107,9 @@ def _rank(ra, config, report):
         misaligned_share=bad_us / total,
         narrow_kernel_share=narrow_us / total,
         narrow_kernel_us_per_step=narrow_us / nsteps,
-        shapes=[{"op": r["op"], "precision": r["precision"], "batch": int(r["batch"]), "m": int(r["m"]),
-                 "n": int(r["n"]), "k": int(r["k"]), "count_per_step": float(r["count"]) / nsteps,
-                 "us_per_step": float(r["total_us"]) / nsteps, "kernel": r["kernel"]} for _, r in agg.iterrows()],
+        shapes=[Shape(op=r["op"], precision=r["precision"], batch=int(r["batch"]), m=int(r["m"]), n=int(r["n"]),
+                      k=int(r["k"]), count_per_step=float(r["count"]) / nsteps,
+                      us_per_step=float(r["total_us"]) / nsteps, kernel=r["kernel"]) for _, r in agg.iterrows()],
     )
 
 
@@ -101,7 +117,7 @@ def _summary(hits, w, report, config):
     e = w.ev
     top = e.shapes[0]
     title = (f"{100 * e.misaligned_share:.0f} % of 16-bit GEMM time has dims not multiple of 8 "
-             f"(rank {e.rank}; largest {shown(top['op'])} M={top['m']} N={top['n']} K={top['k']})")
+             f"(rank {e.rank}; largest {shown(top.op)} M={top.m} N={top.n} K={top.k})")
     ev = Evidence(per_rank=[h.ev for h in hits], threshold_share=config.tc_alignment_share)
     return ev, title, max(h.ev.narrow_kernel_us_per_step for h in hits) * SAVING
 

@@ -23,25 +23,28 @@ for the TP group) overlaps the collectives with the matmuls.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
 from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import real_steps
 from .takes import Estimate
+from .units import COUNT, Count, Share, Us
 
 
 class RankEvidence(RankHit, kw_only=True):
-    exposed_us_per_step: float
-    share_of_step: float
-    wall_us_per_step: float
-    collectives_per_step: float  # functional collectives the step issued (forward and backward)
-    comm_by_kind_per_step: dict[str, float]  # functional collectives' kinds (the collectives table) per step
+    exposed_us_per_step: Us
+    share_of_step: Share
+    wall_us_per_step: Us
+    collectives_per_step: Count  # functional collectives the step issued (forward and backward)
+    comm_by_kind_per_step: dict[str, Annotated[float, COUNT]]  # functional collectives of each kind per step
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_share_warning: float
+    threshold_share_warning: Share
     compiled: bool | None  # the setup's torch.compile, where known: async TP needs a compiled program
     cpu_only: bool
 

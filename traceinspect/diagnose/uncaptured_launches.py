@@ -47,6 +47,8 @@ only and leaves this wait; a run that already replays graphs is told to move the
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import numpy as np
 
@@ -54,6 +56,7 @@ from ._rule import Claim, Needs, PerRank, RankHit, Rule
 from ._util import mean, step_ids
 from .bounds import col
 from .takes import Custom
+from .units import COUNT, Count, Share, Us
 
 # Optimizers whose step can run inside a CUDA graph with ``capturable=True`` (its step count on the GPU).
 CAPTURABLE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "ASGD", "Rprop"}
@@ -63,20 +66,20 @@ UPPER_BOUND = ("an upper bound: what a replay of the whole step costs the CPU (t
 
 
 class RankEvidence(RankHit, kw_only=True):
-    wait_us_per_step: float  # the claim's basis: kept + host
-    kept_idle_us_per_step: float  # launch wait while work a graph of the model leaves on the CPU ran
-    host_idle_us_per_step: float  # idle between the steps' CPU windows
-    share_of_step: float
-    kept_cpu_us_per_step: float | None  # cpu_issue_us - cpu_capturable_us
-    kernels_per_step: float
-    graph_launches_per_step: float
-    replay_us_per_step: float | None = None  # the whole-step graph's own launch, kept out of the claim (estimated)
+    wait_us_per_step: Us  # the claim's basis: kept + host
+    kept_idle_us_per_step: Us  # launch wait while work a graph of the model leaves on the CPU ran
+    host_idle_us_per_step: Us  # idle between the steps' CPU windows
+    share_of_step: Share
+    kept_cpu_us_per_step: Us | None  # cpu_issue_us - cpu_capturable_us
+    kernels_per_step: Count
+    graph_launches_per_step: Count
+    replay_us_per_step: Us | None = None  # the whole-step graph's own launch, kept out of the claim (estimated)
 
 
 class Evidence(msgspec.Struct, kw_only=True):
     per_rank: list[RankEvidence]
-    threshold_idle_share: float
-    min_kernels_per_step: int
+    threshold_idle_share: Share
+    min_kernels_per_step: Annotated[int, COUNT]
     claim_note: str | None = None
 
 

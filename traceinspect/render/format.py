@@ -3,9 +3,8 @@
 The report keeps raw units (microseconds, bytes, shares 0..1); these functions turn them into text: milliseconds,
 MB (10^6 bytes), MiB where DDP means 2^20, GB/s, percentages and counts with their noun. ``None`` (unknown) is
 always ``-``. No scientific notation, no raw floats. An evidence value is formatted by the unit its rule declares
-for the field (``units_of(finding)``: ``render/evidence_units.py``, generated from the rules' evidence records);
-a key no rule declares (an older report's, a record without units yet) falls back to its name (``*_us*`` -> ms,
-``*_bytes*`` -> MB, ``*share*`` -> %, ``*_gbps`` -> GB/s, ``*_mb`` -> MiB).
+for the field (``units_of(finding)``: ``render/evidence_units.py``, generated from the rules' evidence records,
+where every number declares one); a key's name gives its label (``label``), never its unit.
 """
 
 from __future__ import annotations
@@ -137,30 +136,16 @@ _TOKENS = {"h2d": "H2D", "d2h": "D2H", "d2d": "D2D", "cpu": "CPU", "gpu": "GPU",
 _UNIT_TOKENS = ("us", "bytes", "gbps", "mb", "ms")
 
 
-def unit_of(key: str) -> str | None:
-    """The unit a key's name implies: ms (``*_us*``), MB (``*_bytes*``), MiB (``*_mb``), GB/s, % (``*share*``)."""
-    parts = key.lower().split("_")
-    if "gbps" in parts:
-        return "GB/s"
-    if "us" in parts:
-        return "ms"
-    if "bytes" in parts:
-        return "MB"
-    if parts[-1] == "mb" or "mb" in parts:
-        return "MiB"
-    if "share" in parts or key.lower().startswith("share") or parts[-1] in ("util", "fraction", "saving"):
-        return "%"
-    return None
-
-
 def label(key: str) -> str:
     """``pageable_h2d_bytes_per_step`` -> ``pageable H2D per step``: the key without its unit, in words (a key that
     is a name read from the trace, shortened: ``safe.words``)."""
     key = safe.words(key)
-    words = [w for w in str(key).split("_") if w and w.lower() not in _UNIT_TOKENS]
+    parts = str(key).split("_")
+    words = [w for w in parts if w and w.lower() not in _UNIT_TOKENS]
     if not words:
         return str(key)
-    if unit_of(str(key)) == "ms" and not {"time", "period"} & set(words):  # "idle_us_per_step": the unit was the noun
+    # "idle_us_per_step": the unit was the noun (the words only; the value's unit is the declared one)
+    if "us" in (p.lower() for p in parts) and not {"time", "period"} & set(words):
         at = words.index("per") if "per" in words else len(words)
         words.insert(at, "time")
     return " ".join(_TOKENS.get(w.lower(), w) for w in words)
@@ -186,9 +171,9 @@ def with_unit(unit: str | None, v) -> str:
 def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6,
           units: dict[str, str] | None = None) -> str:
     """One evidence value as text: numbers with their unit (``units``: key -> unit, as ``units_of`` gives; else
-    ``unit``; else the key's name), dicts as ``name value, ...``, lists joined (the first ``items`` entries of a
-    list of records, then how many more); names shortened and the whole at most ``safe.VALUE_WIDTH`` characters
-    (``safe.words``)."""
+    ``unit``; else a plain number), dicts as ``name value, ...`` (a mapping's values in its own unit), lists joined
+    (the first ``items`` entries of a list of records, then how many more); names shortened and the whole at most
+    ``safe.VALUE_WIDTH`` characters (``safe.words``)."""
     text = _value(key, v, unit, depth, items, units or {})
     return safe.clip(text, safe.VALUE_WIDTH) if depth else safe.words(text, safe.VALUE_WIDTH)
 
@@ -196,12 +181,10 @@ def value(key: str, v, unit: str | None = None, depth: int = 0, items: int = 6,
 def _value(key: str, v, unit: str | None, depth: int, items: int, units: dict[str, str]) -> str:
     if key in units and depth == 0:
         unit = units[key]
-    unit = unit if unit is not None else unit_of(str(key))
     if isinstance(v, dict):
         if depth >= 2:
             return f"{len(v)} entries"
-        return ", ".join(f"{label(k)} {value(k, x, units[k] if k in units else unit_of(str(k)) or unit, depth + 1, units=units)}"
-                         for k, x in v.items())
+        return ", ".join(f"{label(k)} {value(k, x, units.get(k, unit), depth + 1, units=units)}" for k, x in v.items())
     if isinstance(v, (list, tuple)):
         if all(isinstance(x, int) and not isinstance(x, bool) for x in v) and str(key) in ("steps", "ranks"):
             return ranges(v)

@@ -39,13 +39,14 @@ _FIGURE_CAPTIONS = {
 }
 
 
-def _cell(key: str, v) -> dict:
-    """One evidence value: a list of records as a small table of labelled, formatted values; else its text."""
+def _cell(key: str, v, units: dict[str, str]) -> dict:
+    """One evidence value in its declared unit (``units``: ``fmt.units_of``): a list of records as a small table of
+    labelled, formatted values; else its text."""
     if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
         cols = list(dict.fromkeys(k for x in v for k in x))
-        rows = [[fmt.value(c, x.get(c)) for c in cols] for x in v[:10]]
+        rows = [[fmt.value(c, x.get(c), units=units) for c in cols] for x in v[:10]]
         return {"table": {"head": [fmt.label(c) for c in cols], "rows": rows, "more": max(len(v) - 10, 0)}}
-    return {"text": fmt.value(key, v)}
+    return {"text": fmt.value(key, v, units=units)}
 
 
 def _evidence(f: dict) -> dict | None:
@@ -67,8 +68,10 @@ def _evidence(f: dict) -> dict | None:
     if not rows and not rest:
         return None
     left = len(per_rank) - len(ranks) if ranks else 0
-    return {"cols": cols, "rows": [{"label": fmt.label(k), "cells": [_cell(k, v) for v in vals]} for k, vals in rows],
-            "rest": [{"label": fmt.label(k), "cell": _cell(k, v)} for k, v in rest],
+    units = fmt.units_of(f)  # the units the finding's rule declares for its evidence fields
+    return {"cols": cols,
+            "rows": [{"label": fmt.label(k), "cells": [_cell(k, v, units) for v in vals]} for k, vals in rows],
+            "rest": [{"label": fmt.label(k), "cell": _cell(k, v, units)} for k, v in rest],
             "more": fmt.count(left, "more rank") if left else ""}
 
 
