@@ -58,7 +58,7 @@ def pools(monkeypatch):
 
 def _started(path, cfg):
     """``prefetch.started`` with the run's workers and cache handed in, as the report does (run/__init__.py)."""
-    return prefetch.started(path, cfg, services.workers(cfg), services.column_cache(cfg))
+    return services.started(path, cfg.options, cfg.limits)
 
 
 def _report(path, workers):

@@ -36,7 +36,7 @@ def test_dask_equals_local(tmp_path):
             distributed.Client(cl) as client:
         from traceinspect.run.dask import analyze_with_dask
 
-        remote = analyze_with_dask(tmp_path, cfg, client=client).to_dict()
+        remote = analyze_with_dask(tmp_path, cfg.options, cfg.limits, cfg.thresholds, client=client).to_dict()
     assert _strip(remote) == _strip(local)
     # Three runs: the report is about the most recent (the 2-rank DDP run's rank 0), the others are listed.
     assert local["runs"]["count"] == 3 and [r["rank"] for r in local["ranks"]] == [0]

@@ -69,7 +69,7 @@ def _driver_peak(client, folder: Path, cfg: Config) -> tuple[dict, int]:
 
     tracemalloc.start()
     try:
-        doc = analyze_with_dask(folder, cfg, client=client).to_dict()
+        doc = analyze_with_dask(folder, cfg.options, cfg.limits, cfg.thresholds, client=client).to_dict()
         return doc, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

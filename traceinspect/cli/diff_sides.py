@@ -48,7 +48,7 @@ def _run_count(path: str, config) -> int:
     try:
         from ..run.local import plan
 
-        _, _, runs = plan(path, dataclasses.replace(config, use_cache=False))
+        _, _, runs = plan(path, dataclasses.replace(config.options, use_cache=False), config.limits)
     except Exception:  # noqa: BLE001 - the report itself says what is wrong with the folder
         return 1
     return int(runs["count"]) if runs and runs.get("count") else 1

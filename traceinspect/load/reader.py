@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
 from .assemble import assemble as _assemble, group_results as _group_by_rank
 from .discover import find_trace_files, no_traces
@@ -53,7 +52,7 @@ def select_run(plan: RunPlan, run: int | None, source: str):
 
 def load(
     path: str | os.PathLike | Iterable,
-    config: Config = DEFAULT,
+    limits: Limits = DEFAULT_LIMITS,
     progress: ProgressFn | None = None,
     allow_empty: bool = False,
     run: int | None = None,
@@ -63,15 +62,14 @@ def load(
     cache: ColumnCache | None = None,
 ) -> Trace:
     """Load the trace files under ``path`` into a ``Trace``, decoding on ``workers`` and reading and filling the
-    column ``cache`` (both handed in by the caller, ``run/services.py``: left out, one process and no cache;
-    ``config`` no longer decides either, and decoding reads no other setting).
+    column ``cache`` (both handed in by the caller, ``run/services.py``: left out, one process and no cache), within
+    ``limits`` (the only settings the load stage reads).
 
     A folder (or a file) is one run or several: the most recent run is loaded, or run number ``run`` (1 the oldest;
     ``trace.runs`` says what was decided). A list of files is loaded as given: grouped by the rank each names, or
     all as windows of rank ``rank``. Raises ``NoUsableTraceError`` when nothing could be loaded; otherwise unusable
     files are in ``trace.skipped``.
     """
-    limits = Limits.of(config)
     skipped: list[Skipped] = []
     runs_info = None
     groups_paths: list[tuple[int | None, list[str]]]
@@ -111,7 +109,7 @@ def load(
         if not frs:
             continue
         groups.extend([(r, frs)] if r is not None else _group_by_rank(frs))
-    ranks, more_skipped = _assemble(groups, config.max_world_size)
+    ranks, more_skipped = _assemble(groups, limits.max_world_size)
     skipped.extend(more_skipped)
     worlds = [r.world_size for r in ranks if r.world_size]
     world = max(worlds) if worlds else None

@@ -42,7 +42,7 @@ def job_throughput_doc(report):
     return JobThroughputDoc(**{k: clean(v) for k, v in asdict(j).items()})
 
 
-def tradeoff_fields(ra, config) -> dict:
+def tradeoff_fields(ra, thresholds) -> dict:
     """``tradeoff`` (the rows) and ``tradeoff_model`` (the rows with the model's terms), or nothing."""
     from ..analyze.outlook import memory_outlook
     from ..analyze.tradeoff import tradeoff
@@ -51,7 +51,7 @@ def tradeoff_fields(ra, config) -> dict:
     t = _rank_figures(ra)
     if t is None:
         return {}
-    table = tradeoff(ra, t, memory_outlook(ra, config))
+    table = tradeoff(ra, t, memory_outlook(ra, thresholds))
     if table is None or not table.options:
         return {}
     rows = [TradeoffRowDoc(batch=o.batch, accum_steps=o.accum_steps, step_ms=o.step_us / 1000,
@@ -70,7 +70,7 @@ def gpu_hours(us_per_step: float | None, samples_per_step: float | None) -> floa
     return us_per_step / 1e6 / samples_per_step * 1e6 / 3600
 
 
-def cost_fields(ra, acc: dict | None, config) -> dict:
+def cost_fields(ra, acc: dict | None, thresholds) -> dict:
     """``cost``: GPU-hours (and money) per million samples today and at the projected step; nothing where the
     samples per step are not known."""
     from .doc import CostDoc
@@ -78,7 +78,7 @@ def cost_fields(ra, acc: dict | None, config) -> dict:
     t = _rank_figures(ra)
     if t is None or not t.samples_per_step or not t.step_us:
         return {}
-    price = config.gpu_hour_price or None
+    price = thresholds.gpu_hour_price or None
     now = gpu_hours(t.step_us, t.samples_per_step)
     proj = gpu_hours((acc or {}).get("projected_step_us"), t.samples_per_step)
     return {"cost": CostDoc(gpu_hours_per_million_samples=now, projected_gpu_hours_per_million_samples=proj,
@@ -86,7 +86,7 @@ def cost_fields(ra, acc: dict | None, config) -> dict:
                             projected_cost_per_million_samples=proj * price if price and proj else None)}
 
 
-def finding_cost(f, samples: dict, config) -> dict:
+def finding_cost(f, samples: dict, thresholds) -> dict:
     """A time finding's claim as GPU-hours (and money) per million samples on its claim rank; nothing where the
     claim or that rank's samples per step are not known."""
     rank = f.extra.get("claim_rank")
@@ -94,8 +94,8 @@ def finding_cost(f, samples: dict, config) -> dict:
     if hours is None:
         return {}
     out = {"gpu_hours_per_million_samples": hours}
-    if config.gpu_hour_price:
-        out["cost_per_million_samples"] = hours * config.gpu_hour_price
+    if thresholds.gpu_hour_price:
+        out["cost_per_million_samples"] = hours * thresholds.gpu_hour_price
     return out
 
 
