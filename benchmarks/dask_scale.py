@@ -119,6 +119,7 @@ def main(argv=None) -> int:
 
     from traceinspect.config import Config
     from traceinspect.run.api import analyze_path
+    from traceinspect.load.discover import list_traces
     from traceinspect.run.dask import analyze_with_dask
 
     src = a.data / f"cpu_slow_rank_a{a.active}"
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
         _reset_peak()
         t0 = time.perf_counter()
         rec = _Recording(client)
-        rep = analyze_with_dask(folder, cfg.options, cfg.limits, cfg.thresholds, client=rec)
+        rep = analyze_with_dask(list_traces(folder), cfg.options, cfg.limits, cfg.thresholds, client=rec)
         doc = rep.to_dict()
         res["dask_s"] = round(time.perf_counter() - t0, 1)
         res["driver_peak_rss_mb"] = round(_status_mb("VmHWM"))

@@ -1,7 +1,7 @@
 """Decoding started before the analysis stack is imported, so that the two overlap.
 
 Importing pandas and the analyses takes about half a second, and a report of one big trace decodes it in worker
-processes that used to start only after that import. ``started(path, limits, workers, cache)`` starts the workers
+processes that used to start only after that import. ``started(files, limits, workers, cache)`` starts the workers
 (handed in, ``load/services.py``) first, hands them the pieces of the files the report will cut into pieces, and
 yields what it started (a ``Started``, or None) while the import runs. The runner hands that on with its workers
 (``Workers.started``); ``decode_files`` collects the pieces it finds started there (``Started.take``) instead of
@@ -85,12 +85,13 @@ class Started:
 
 
 @contextmanager
-def started(path, limits: Limits, workers: Workers | None = None, cache: ColumnCache | None = None
+def started(files, limits: Limits, workers: Workers | None = None, cache: ColumnCache | None = None
             ) -> Iterator[Started | None]:
-    """Within the block, the files ``path``'s report will decode in pieces are being decoded on ``workers`` (none
-    handed in: nothing starts); a file with columns in ``cache`` is read from there instead, so never started.
-    Yields what was started (None: nothing), for the caller to hand on with its workers."""
-    pre = _start(path, limits, workers, cache) if workers is not None else None
+    """Within the block, those of ``files`` (a report's, as listed: ``discover.Listing.files``) that the report
+    will decode in pieces are being decoded on ``workers`` (none handed in: nothing starts); a file with columns in
+    ``cache`` is read from there instead, so never started. Yields what was started (None: nothing), for the caller
+    to hand on with its workers."""
+    pre = _start(files, limits, workers, cache) if workers is not None else None
     try:
         yield pre
     finally:
@@ -106,7 +107,7 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _start(path, limits: Limits, workers: Workers, cache: ColumnCache | None) -> Started | None:
+def _start(files, limits: Limits, workers: Workers, cache: ColumnCache | None) -> Started | None:
     """Start the workers and submit the pieces; None where nothing is certain to be wanted (or anything fails:
     the report then decodes as it would have, and says what went wrong itself)."""
     if getattr(workers, "started", None) is not None:
@@ -116,9 +117,8 @@ def _start(path, limits: Limits, workers: Workers, cache: ColumnCache | None) ->
         if n < 2 or not workers.can_fork():
             return None
         from .decode import decode_range, plan_ranges
-        from .discover import find_trace_files
 
-        files = [str(f) for f in find_trace_files(path)]
+        files = [str(f) for f in files]
         # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
         # every rank's columns would wait in memory while the first is analysed).
         if len(files) != 1 or (cache is not None and any(cache.has(Path(f)) for f in files)):

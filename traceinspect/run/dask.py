@@ -14,7 +14,6 @@ fails in the same time instead of waiting silently for one.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 import time
@@ -23,9 +22,12 @@ from pathlib import Path
 
 from ..config import RunOptions
 from ..errors import UsageError
+from ..load.discover import Listing
 from ..load.limits import Limits
+from ..load.reader import plan
 from ..load.services import ProgressFn
-from .local import done, plan, rank_task
+from . import services
+from .local import done, rank_task
 from .pool import worker_count
 from .stages import Report
 from ..thresholds import Thresholds
@@ -86,9 +88,9 @@ def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT_S) -> dict:
     return asyncio.run(_identity(address, time.monotonic() + timeout))
 
 
-def analyze_with_dask(path: str | os.PathLike, options: RunOptions, limits: Limits, thresholds: Thresholds,
+def analyze_with_dask(listing: Listing, options: RunOptions, limits: Limits, thresholds: Thresholds,
                       progress: ProgressFn | None = None, client=None) -> Report:
-    """Report on run ``options.run`` of ``path`` with the per-rank stage on the Dask cluster at
+    """Report on run ``options.run`` of the listed folder with the per-rank stage on the Dask cluster at
     ``options.scheduler`` (None: a local cluster for the run), or on ``client``'s."""
     from .._optional import import_optional
 
@@ -97,9 +99,10 @@ def analyze_with_dask(path: str | os.PathLike, options: RunOptions, limits: Limi
     scheduler = options.scheduler
     if client is None and scheduler:
         scheduler = scheduler_address(scheduler)
-    plan_groups, skipped, runs = plan(path, options, limits, resolve=True)
-    ranks_of = [r for r, _ in plan_groups]
-    groups = [fs for _, fs in plan_groups]
+    work = plan(listing, services.workers(options), limits, options.run, resolve=True)
+    ranks_of = [r for r, _ in work.groups]
+    groups = [fs for _, fs in work.groups]
+    skipped = work.skipped
     own = client is None
     cluster = None
     if own:
@@ -134,4 +137,4 @@ def analyze_with_dask(path: str | os.PathLike, options: RunOptions, limits: Limi
             client.close()
             if cluster is not None:
                 cluster.close()
-    return done(path, ranks, skipped, runs, thresholds)
+    return done(work.source, ranks, skipped, work.runs, thresholds)

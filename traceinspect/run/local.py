@@ -7,7 +7,6 @@ decoded on all cores instead. ``executor="dask"`` maps the same per-rank task on
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dataclasses import replace
@@ -16,9 +15,9 @@ from . import cache as _cache, services
 from ..analyze.rank import RankAnalysis, analyze_rank
 from ..config import RunOptions
 from ..errors import NoUsableTraceError
-from ..load.discover import find_trace_files, no_traces
+from ..load.discover import Listing
 from ..load.limits import Limits
-from ..load.reader import group_by_rank
+from ..load.reader import plan
 from ..load.services import ProgressFn
 from .pool import process_pool, worker_count
 from .stages import Report, finish, load_with
@@ -50,30 +49,19 @@ def _world(ranks: list[RankAnalysis]) -> int | None:
     return max(worlds) if worlds else None
 
 
-def plan(path, options: RunOptions, limits: Limits, resolve: bool = False):
-    """The chosen run's (rank, files) groups, the files no run holds, and the report's ``runs`` object."""
-    passed_over: list[tuple[str, str]] = []
-    files = find_trace_files(path, passed_over)
-    if not files:
-        raise no_traces(path, passed_over)
-    if resolve:
-        files = [f.resolve() for f in files]
-    groups, skipped, runs = group_by_rank(files, services.workers(options), options.run, str(path), limits)
-    return groups, [Skipped(file=f, reason=r) for f, r in passed_over] + skipped, runs
-
-
-def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, thresholds: Thresholds) -> Report:
+def done(source: str, ranks: list, skipped: list[Skipped], runs: dict | None, thresholds: Thresholds) -> Report:
     if not ranks:
         reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
-        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
-    return finish(str(path), ranks, skipped, _world(ranks), thresholds, runs)
+        raise NoUsableTraceError(f"{source}: no usable trace ({reasons})")
+    return finish(source, ranks, skipped, _world(ranks), thresholds, runs)
 
 
-def analyze_local(path: str | os.PathLike, options: RunOptions, limits: Limits, thresholds: Thresholds,
+def analyze_local(listing: Listing, options: RunOptions, limits: Limits, thresholds: Thresholds,
                   progress: ProgressFn | None = None, workers: services.ProcessWorkers | None = None) -> Report:
-    """Report on run ``options.run`` of ``path`` (1 the oldest; the most recent when None) on ``workers``
+    """Report on run ``options.run`` of the listed folder (1 the oldest; the most recent when None) on ``workers``
     (default: the options'; the run hands in its own, with any pieces it started)."""
-    groups, skipped, runs = plan(path, options, limits)
+    work = plan(listing, services.workers(options), limits, options.run)
+    groups, skipped = work.groups, work.skipped
     n = worker_count(options)
     sizes = {f: Path(f).stat().st_size for _, fs in groups for f in fs}
     results: list = [None] * len(groups)
@@ -93,4 +81,4 @@ def analyze_local(path: str | os.PathLike, options: RunOptions, limits: Limits, 
             results[i] = rank_task(fs, options, limits, thresholds, progress, r, workers)
     ranks = [r for res in results for r in res[0]]
     skipped = skipped + [s for res in results for s in res[1]]
-    return done(path, ranks, skipped, runs, thresholds)
+    return done(work.source, ranks, skipped, work.runs, thresholds)

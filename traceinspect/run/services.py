@@ -55,13 +55,13 @@ def column_cache(options: RunOptions) -> ColumnCache | None:
     return ColumnCache(options) if options.use_cache else None
 
 
-def started(path, options: RunOptions, limits: Limits):
-    """``load.prefetch.started`` on this run's workers and column cache: with the local executor only (a cluster
-    decodes elsewhere)."""
+def started(files, options: RunOptions, limits: Limits):
+    """``load.prefetch.started`` for the listed ``files`` on this run's workers and column cache: with the local
+    executor only (a cluster decodes elsewhere)."""
     from ..load.prefetch import started as decoding
 
     local = options.executor == "local" and not options.scheduler
-    return decoding(path, limits, workers(options) if local else None, column_cache(options))
+    return decoding(files, limits, workers(options) if local else None, column_cache(options))
 
 
 # A rank this big runs its analyses on several cores (forked workers share its events copy-on-write).
