@@ -80,8 +80,8 @@ def _strip(d: dict) -> dict:
 
 def cross_rank_scaling(summaries: list, sizes: list[int], repeats: int = 3) -> list[dict]:
     """``finish`` (cross-rank stage + rules) on ``n`` ranks of summaries: copies of ``summaries`` renumbered."""
-    from traceinspect.config import Config
     from traceinspect.diagnose.engine import finish
+    from traceinspect.thresholds import Thresholds
 
     out = []
     for n in sizes:
@@ -95,7 +95,7 @@ def cross_rank_scaling(summaries: list, sizes: list[int], repeats: int = 3) -> l
         best = None
         for _ in range(repeats):
             t0 = time.perf_counter()
-            rep = finish("scaled", ranks, [], n, Config(use_cache=False))
+            rep = finish("scaled", ranks, [], n, Thresholds())
             dt = time.perf_counter() - t0
             best = dt if best is None else min(best, dt)
         strag = next((f for f in rep.findings if f.id == "straggler"), None)
@@ -119,6 +119,7 @@ def main(argv=None) -> int:
 
     from traceinspect.config import Config
     from traceinspect.run.api import analyze_path
+    from traceinspect.load.discover import list_traces
     from traceinspect.run.dask import analyze_with_dask
 
     src = a.data / f"cpu_slow_rank_a{a.active}"
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
         _reset_peak()
         t0 = time.perf_counter()
         rec = _Recording(client)
-        rep = analyze_with_dask(folder, cfg, client=rec)
+        rep = analyze_with_dask(list_traces(folder), cfg.options, cfg.limits, cfg.thresholds, client=rec)
         doc = rep.to_dict()
         res["dask_s"] = round(time.perf_counter() - t0, 1)
         res["driver_peak_rss_mb"] = round(_status_mb("VmHWM"))

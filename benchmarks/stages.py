@@ -18,7 +18,7 @@ import argparse  # noqa: E402
 import importlib  # noqa: E402
 
 EARLY = [  # (label, module, function): modules that import no pandas, wrapped before the run
-    ("plan (peek, runs)", "traceinspect.load.reader", "group_by_rank"),
+    ("plan (peek, runs)", "traceinspect.load.reader", "plan"),
     ("decode (after the import)", "traceinspect.load.reader", "_decode_all"),
     ("assemble", "traceinspect.load.assemble", "assemble"),
 ]

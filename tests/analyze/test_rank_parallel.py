@@ -14,6 +14,7 @@ from traceinspect.config import Config
 from traceinspect.load.reader import load
 from traceinspect.run import pool as pool_module, services
 from traceinspect.run.pool import can_fork
+from traceinspect.thresholds import Thresholds
 
 from public_traces import DIFF_CONTROL, need
 
@@ -22,13 +23,13 @@ from public_traces import DIFF_CONTROL, need
 def test_side_by_side_equals_one_process(monkeypatch):
     trace = load(need(DIFF_CONTROL), Config(use_cache=False, workers=1))
     rk = trace.ranks[0]
-    one = R.analyze_rank(rk, Config(use_cache=False, workers=1))
+    one = R.analyze_rank(rk, Thresholds())
     monkeypatch.setattr(services, "PARALLEL_MIN_EVENTS", 0)  # this capture is smaller than the threshold
     pools = []
     real = pool_module.process_pool
     monkeypatch.setattr(pool_module, "process_pool", lambda *a, **k: pools.append(a) or real(*a, **k))
     config = Config(use_cache=False, workers=2)
-    two = R.analyze_rank(rk, config, services.rank_fan_out(config))
+    two = R.analyze_rank(rk, config.thresholds, services.rank_fan_out(config.options, config.limits))
     assert pools  # the side-by-side path ran
     assert list(two.tables) == list(one.tables) and len(one.tables) > 6
     for name, table in one.tables.items():
@@ -39,6 +40,6 @@ def test_side_by_side_equals_one_process(monkeypatch):
 
 def test_the_rank_analysis_is_frozen():
     trace = load(need(DIFF_CONTROL), Config(use_cache=False, workers=1))
-    ra = R.analyze_rank(trace.ranks[0], Config(use_cache=False, workers=1))
+    ra = R.analyze_rank(trace.ranks[0], Thresholds())
     with pytest.raises(dataclasses.FrozenInstanceError):
         ra.steps = ra.steps.head(1)

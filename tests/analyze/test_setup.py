@@ -169,7 +169,7 @@ def test_setup_survives_the_cache(tmp_path):
     folder = ROOT / "fixtures" / "gpu_pairs" / "s2_small_compiled"
     files = sorted(str(p) for p in folder.glob("*.json*"))
     cfg = Config(use_cache=True, workers=1, cache_dir=str(tmp_path))
-    first = rank_task(files, cfg, rank=0)[0][0].setup
+    first = rank_task(files, cfg.options, cfg.limits, cfg.thresholds, rank=0)[0][0].setup
     assert list(tmp_path.rglob("rank-*.json"))  # written to the cache ...
-    second = rank_task(files, cfg, rank=0)[0][0].setup
+    second = rank_task(files, cfg.options, cfg.limits, cfg.thresholds, rank=0)[0][0].setup
     assert second == first and second is not first and type(second.optimizer) is type(first.optimizer)

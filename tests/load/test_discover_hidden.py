@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from traceinspect.cli.main import main
-from traceinspect.load.discover import OUR_TAG, find_trace_files
+from traceinspect.load.discover import OUR_TAG, list_traces
 from traceinspect.run import cache_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +44,9 @@ def test_a_stray_cachedir_tag_hides_no_rank(tmp_path, tag):
     else:
         (tmp_path / "tag").write_bytes(OUR_TAG)
         (b / "CACHEDIR.TAG").symlink_to(tmp_path / "tag")
-    passed: list = []
-    assert find_trace_files(tmp_path / "t", passed) == sorted([*a.iterdir(), *b.glob("*.json.gz")])
-    assert passed == []
+    listing = list_traces(tmp_path / "t")
+    assert list(listing.files) == sorted([*a.iterdir(), *b.glob("*.json.gz")])
+    assert listing.passed_over == ()
 
 
 def test_our_cache_inside_a_trace_folder_is_passed_over_and_listed(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import traceinspect.load.decode as dec
 from traceinspect.config import Config
 from traceinspect.load import prefetch
+from traceinspect.load.discover import list_traces
 from traceinspect.load.reader import decode_file
 from traceinspect.run import services
 from traceinspect.run import report_folder
@@ -58,7 +59,7 @@ def pools(monkeypatch):
 
 def _started(path, cfg):
     """``prefetch.started`` with the run's workers and cache handed in, as the report does (run/__init__.py)."""
-    return prefetch.started(path, cfg, services.workers(cfg), services.column_cache(cfg))
+    return services.started(list_traces(path).files, cfg.options, cfg.limits)
 
 
 def _report(path, workers):

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from traceinspect.config import Config
-from traceinspect.load.discover import find_trace_files
+from traceinspect.load.discover import list_traces
 from traceinspect.load.reader import plan_folder
 from traceinspect.run.api import analyze_path
 
@@ -79,7 +79,7 @@ def test_runs_copied_into_one_folder_are_told_apart(chosen, flat):
         for i, src in enumerate(chosen):
             dst = Path(d) if flat else Path(d) / f"sub{i}"
             expected.append(sorted(p.name for p in copy_run(src, dst, prefix=f"{i}_")))
-        plan, bad = plan_folder(find_trace_files(d))
+        plan, bad = plan_folder(list_traces(d).files)
         assert not bad and not plan.skipped
         got = sorted(sorted(Path(f).name for f in r.files) for r in plan.runs)
         assert got == sorted(expected)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from traceinspect.config import Config
-from traceinspect.load.discover import find_trace_files
+from traceinspect.load.discover import list_traces
 from traceinspect.load.reader import load, plan_folder
 from traceinspect.run.api import analyze_path
 
@@ -19,7 +19,7 @@ NOCACHE = Config(use_cache=False, workers=1)
 
 
 def plan_of(folder: Path):
-    plan, bad = plan_folder(find_trace_files(folder))
+    plan, bad = plan_folder(list_traces(folder).files)
     assert not bad
     return plan
 

@@ -10,7 +10,7 @@ import mmap
 import numpy as np
 import pytest
 
-from traceinspect.config import Config
+from traceinspect.config import Config, RunOptions
 from traceinspect.load.columns import NUM_COLS, RAW_COLS, STR_COLS
 from traceinspect.load.limits import PIECE_COST, Limits
 from traceinspect.load.reader import decode_file
@@ -21,7 +21,7 @@ from traceinspect.run.pool import process_pool
 from load_helpers import plain_control
 from public_traces import DIFF_CONTROL, need, only_file
 
-SMALL = Limits.of(Config(memory_limit_bytes=1 << 20))  # columns past 256 KiB spill: every piece here
+SMALL = Limits(memory_limit_bytes=1 << 20)  # columns past 256 KiB spill: every piece here
 
 
 @pytest.fixture
@@ -102,10 +102,10 @@ def test_each_analysis_holds_a_bounded_share_per_event(plain):
             return out
 
         steps = measured("steps", lambda: find_steps(rank))
-        table = measured("step table", lambda: attribute(rank, steps, cfg))
+        table = measured("step table", lambda: attribute(rank, steps, cfg.thresholds))
         measured("base tables", lambda: rank_stage._base_part(rank, steps))
         for part in rank_stage._rank_parts():
-            out = measured(part.__module__, lambda: rank_stage._run_part(part, rank, steps, table, cfg))
+            out = measured(part.__module__, lambda: rank_stage._run_part(part, rank, steps, table, cfg.thresholds))
             assert not out.errors, out.errors
     finally:
         tracemalloc.stop()
@@ -114,7 +114,7 @@ def test_each_analysis_holds_a_bounded_share_per_event(plain):
 
 
 def test_pieces_in_flight_are_shared_by_the_workers():
-    one_gib = Limits.of(Config())
+    one_gib = Limits()
     assert one_gib.spill_bytes == 1 << 28
     assert one_gib.inflight(2) == 4
     # 64 workers share the same bound: no more pieces than it leaves room for, not 2 a worker
@@ -142,9 +142,9 @@ def test_a_rank_past_the_bound_runs_its_parts_in_one_process():
 
     parts = [os.getpid] * 5
     events = 2 * services.PARALLEL_MIN_EVENTS  # a big rank: its parts fork workers while the bound has room
-    roomy = services.rank_fan_out(Config(workers=2))(parts, events)
-    tight = services.rank_fan_out(Config(workers=2, memory_limit_bytes=events * services.PART_BYTES_PER_EVENT))(
-        parts, events)
-    if services.workers(Config(workers=2)).can_fork():
+    two = RunOptions(workers=2)
+    roomy = services.rank_fan_out(two, Limits())(parts, events)
+    tight = services.rank_fan_out(two, Limits(memory_limit_bytes=events * services.PART_BYTES_PER_EVENT))(parts, events)
+    if services.workers(two).can_fork():
         assert len(set(roomy)) == 2
     assert set(tight) == {os.getpid()}  # each worker would hold its own share: not side by side

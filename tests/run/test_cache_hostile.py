@@ -247,7 +247,7 @@ def test_the_column_key_follows_every_source_of_the_decoder(tmp_path):
     pkg = tmp_path / "traceinspect"
     shutil.copytree(cache._PKG, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     sources = {str(p.relative_to(pkg)) for p in cache._closure(pkg, "load", ("load",))}
-    assert {"load/trace.py", "load/decode.py", "load/columns.py", "config.py"} <= sources
+    assert {"load/trace.py", "load/decode.py", "load/columns.py", "load/limits.py"} <= sources
     assert not any(s.startswith(("render/", "cli/", "diagnose/")) for s in sources)
     before = cache.code_digest("load", ("load",), pkg=pkg)
     results = cache.code_digest("run", pkg=pkg)

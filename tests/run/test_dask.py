@@ -34,9 +34,11 @@ def test_dask_equals_local(tmp_path):
     local = analyze_path(tmp_path, cfg).to_dict()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
             distributed.Client(cl) as client:
+        from traceinspect.load.discover import list_traces
         from traceinspect.run.dask import analyze_with_dask
 
-        remote = analyze_with_dask(tmp_path, cfg, client=client).to_dict()
+        remote = analyze_with_dask(list_traces(tmp_path), cfg.options, cfg.limits, cfg.thresholds,
+                                   client=client).to_dict()
     assert _strip(remote) == _strip(local)
     # Three runs: the report is about the most recent (the 2-rank DDP run's rank 0), the others are listed.
     assert local["runs"]["count"] == 3 and [r["rank"] for r in local["ranks"]] == [0]

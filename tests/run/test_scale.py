@@ -65,11 +65,12 @@ def test_copies_are_labelled_and_renumbered(many_ranks):
 
 def _driver_peak(client, folder: Path, cfg: Config) -> tuple[dict, int]:
     """The report and the driver's peak of traced Python allocations while it was made."""
+    from traceinspect.load.discover import list_traces
     from traceinspect.run.dask import analyze_with_dask
 
     tracemalloc.start()
     try:
-        doc = analyze_with_dask(folder, cfg, client=client).to_dict()
+        doc = analyze_with_dask(list_traces(folder), cfg.options, cfg.limits, cfg.thresholds, client=client).to_dict()
         return doc, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

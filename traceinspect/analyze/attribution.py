@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..config import Config, DEFAULT
+from ..thresholds import DEFAULT, Thresholds
 from .events import LOADER_FETCH, EndTimes, name_mask, rows_sharing_corr, runtime_mask, starts_in, step_at
 from .intervals import build_timeline
 from .steps import Steps
@@ -100,7 +100,7 @@ class CategoryView:
         return len(self._codes)
 
 
-def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.DataFrame:
+def attribute(rank: RankTrace, steps: Steps, thresholds: Thresholds = DEFAULT) -> pd.DataFrame:
     """One row per step with every number of the step table (see docs/metrics.md)."""
     ev = rank.events
     st = steps.table
@@ -143,7 +143,7 @@ def attribute(rank: RankTrace, steps: Steps, config: Config = DEFAULT) -> pd.Dat
             out[f"tot_{name}"] = uni[i]
         out["gpu_busy_us"] = busy
         _copy_columns(out, ev, gidx, gcat, steps.gpu_step, n)
-        _kernel_columns(out, ev, gidx, gcat, steps.gpu_step, n, config)
+        _kernel_columns(out, ev, gidx, gcat, steps.gpu_step, n, thresholds)
     else:
         out["gpu_busy_us"] = np.nan
 
@@ -217,14 +217,15 @@ def _copy_columns(out, ev, gidx, gcat, gstep, n) -> None:
     del names
 
 
-def _kernel_columns(out, ev, gidx, gcat, gstep, n, config: Config) -> None:
+def _kernel_columns(out, ev, gidx, gcat, gstep, n, thresholds: Thresholds) -> None:
     kernel = ev["kind"].to_numpy()[gidx] == int(Kind.KERNEL)
     dur = ev["dur"].to_numpy()[gidx]
     compute = kernel & (gcat == 0)
     out["kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, kernel, n).astype(np.int64)
     out["compute_kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, compute, n).astype(np.int64)
     out["compute_kernel_time_us"] = _per_step_sum(dur, gstep, compute, n)
-    out["short_kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, compute & (dur < config.short_kernel_us), n).astype(np.int64)
+    short = compute & (dur < thresholds.short_kernel_us)
+    out["short_kernel_count"] = _per_step_sum(np.ones(len(gidx)), gstep, short, n).astype(np.int64)
     med = np.full(n, np.nan)
     if compute.any():
         df = pd.DataFrame({"s": gstep[compute], "d": dur[compute]})

@@ -56,7 +56,7 @@ def input_batch(op: str, dims: str | None, types: str | None) -> tuple[int | Non
     return int(x[0]), None
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, thresholds=None) -> RankPart:
     """The step columns ``input_batch``, ``input_tokens``, ``forward_passes`` and the table ``batch_inputs``."""
     ids = step_table["step"].to_numpy()
     n = len(ids)

@@ -38,7 +38,7 @@ from .events import step_at
 from .fsdp_reduce import reduction_table
 from .links import launch_calls, launch_rows
 from .nesting import _enclosing, _frame, _nested
-from ..config import DEFAULT, Config
+from ..thresholds import DEFAULT, Thresholds
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 
@@ -377,7 +377,7 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config = DEFAULT) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, thresholds: Thresholds = DEFAULT) -> RankPart:
     """The tables ``collectives``, ``backward_passes`` and ``fsdp_reductions`` (fsdp_reduce.py), and the per-step
     communication columns."""
     passes = backward_passes(rank, steps)
@@ -393,5 +393,5 @@ def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config: Config =
         step=steps.table["step"].to_numpy()[passes["step_index"].to_numpy().astype(int)] if len(passes) else []),
         "fsdp_reductions": reduction_table(rank, steps, passes, coll.assign(exposed_us=table["exposed_us"].to_numpy())
                                            if len(coll) else None)}
-    cols = step_columns(coll, step_table, rank, steps, passes, config)
+    cols = step_columns(coll, step_table, rank, steps, passes, thresholds)
     return RankPart(tables=tables, columns={c: cols[c].to_numpy() for c in cols.columns})

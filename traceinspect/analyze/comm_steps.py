@@ -10,7 +10,7 @@ import pandas as pd
 
 from .buckets import BUCKET_COUNTS, BUCKET_SIZES, bucket_columns, per_step, tail_columns
 from .comm_names import busbw_factor
-from ..config import DEFAULT, Config
+from ..thresholds import DEFAULT, Thresholds
 from ..load.trace import RankTrace
 
 # A rank without collectives in any step: these counts are 0 and these sizes, shares and bandwidths NaN.
@@ -22,10 +22,10 @@ _INT_COLUMNS = ("comm_calls", "comm_unknown_size_count", "allreduce_count", "bac
 
 
 def step_columns(coll: pd.DataFrame, steps_df: pd.DataFrame, rank: RankTrace, steps, passes: pd.DataFrame,
-                 config: Config = DEFAULT) -> pd.DataFrame:
+                 thresholds: Thresholds = DEFAULT) -> pd.DataFrame:
     """Per-step communication numbers, one row per ra.steps row (same order): the totals here, gradient buckets,
     rounds, backward passes and tails from buckets.py. Vectorized per step (groupby)."""
-    small = config.small_bucket_bytes
+    small = thresholds.small_bucket_bytes
     out = pd.DataFrame(index=pd.Index(steps_df["step"].to_numpy()))
     c = coll[coll["step"] >= 0] if len(coll) else coll
     if len(c):

@@ -1,6 +1,6 @@
 """Across ranks: match each collective on every rank, measure who arrives last, how long the others wait, and why.
 
-``cross_rank_analysis(ranks, config)`` (called by ``finish`` when more than one rank loaded) reads only the
+``cross_rank_analysis(ranks, thresholds)`` (called by ``finish`` when more than one rank loaded) reads only the
 per-rank ``RankAnalysis`` summaries (``tables["collectives"]`` and ``steps``) and returns plain JSON-serializable
 data (dicts, lists, numbers, strings), stored as ``report.cross_rank``. Definitions: docs/communication.md.
 
@@ -100,7 +100,7 @@ def _point_to_point(ranks) -> int:
     return n
 
 
-def cross_rank_analysis(ranks, config=None) -> dict:
+def cross_rank_analysis(ranks, thresholds=None) -> dict:
     rank_ids = sorted(ra.rank for ra in ranks)
     result: dict = {
         "ranks": rank_ids, "match_by": None, "matched": 0, "unmatched_count": 0, "unmatched": [],

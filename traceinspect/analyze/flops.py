@@ -500,7 +500,7 @@ def _kernel_time(rank: RankTrace, steps, calls: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, thresholds=None) -> RankPart:
     """The tables ``flop_ops``, ``flops_status`` and the step columns ``model_flops``, ``causal_skipped_flops``,
     ``flop_ops``, ``flop_ops_unknown``."""
     ev = rank.events

@@ -53,7 +53,7 @@ IDLE_COLUMNS = ("idle_queued_us", "idle_blocked_us", "idle_first_launch_us", "id
                 "idle_host_us")
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None) -> RankPart:
     """The idle split (``IDLE_COLUMNS``) and ``first_launch_count``; absent on CPU-only traces."""
     gidx = steps.gpu_index
     if not len(gidx) or "bd_idle" not in table:

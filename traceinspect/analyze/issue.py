@@ -249,7 +249,7 @@ def _capturable(bounds: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.nda
     return t[keep], t[keep + 1]
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None) -> RankPart:
     """``cpu_issue_us`` and ``cpu_capturable_us`` for every step (GPU and CPU-only traces alike)."""
     if not len(table):
         return RankPart()

@@ -31,7 +31,7 @@ the step began with, earlier steps' allocations, the optimizer's) stays. At ever
 (the peak may move to another moment), the largest over the steps. The largest batch that fits is the largest ``b``
 whose prediction, times the reserved/allocated ratio the step showed at its peak, stays within the device's memory
 less what the allocator does not see (the CUDA context, NCCL's buffers, other processes: from the capture's
-``device_memory`` record where it exists, else ``Config.memory_unseen_bytes``).
+``device_memory`` record where it exists, else ``Thresholds.memory_unseen_bytes``).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ HOST = 0
 TOP_OPS = 12
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config) -> RankPart:
-    mem = memory_tables(rank, steps, table, config)
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds) -> RankPart:
+    mem = memory_tables(rank, steps, table, thresholds)
     return RankPart(tables=mem) if mem else RankPart()
 
 
-def memory_tables(rank: RankTrace, steps, table: pd.DataFrame, config) -> dict[str, pd.DataFrame]:
+def memory_tables(rank: RankTrace, steps, table: pd.DataFrame, thresholds) -> dict[str, pd.DataFrame]:
     """The rank's memory tables (empty where the trace holds no device memory events):
 
     * ``memory_steps``: per step (the base step table's steps): start/peak/end allocated, peak reserved, when the

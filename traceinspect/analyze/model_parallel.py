@@ -41,7 +41,7 @@ def is_tp_collective(name: str) -> bool:
     return name.startswith(TP_PREFIX) and is_collective_op(name)
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None) -> RankPart:
     """The pipeline and tensor-parallel columns (``PP_COLUMNS``, ``TP_COLUMNS``) of a CPU-basis rank whose
     training thread shows them; nothing otherwise (a rank without either gets no columns)."""
     if len(steps.gpu_index) or steps.main_tid is None or not len(table):

@@ -43,7 +43,7 @@ _FUSED_OPT_OP = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad|rmsprop|adade
 _MULTI_TENSOR = re.compile(r"multi_tensor_apply|fusedoptimizer|multitensor|fused_adam|fused_sgd", re.I)
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None, thresholds=None) -> RankPart:
     """The tables ``amp_ops``, ``optimizer`` and ``fused_optimizer_ops``."""
     return RankPart(tables={"amp_ops": _amp_table(rank.events, steps), "optimizer": _optimizer_table(rank.events, steps),
                             "fused_optimizer_ops": _fused_ops(rank.events, steps)})

@@ -77,7 +77,7 @@ def largest_fitting(env: pd.DataFrame, b0: int, budget: float) -> int | None:
     return int(max(np.floor((budget - f[sc > 0]) / per).min(), 0))
 
 
-def memory_outlook(ra, config) -> Outlook | None:
+def memory_outlook(ra, thresholds) -> Outlook | None:
     """The rank's outlook, or None where the trace has no memory events."""
     t = ra.tables
     if "memory_steps" not in t or "memory_device" not in t:
@@ -91,7 +91,7 @@ def memory_outlook(ra, config) -> Outlook | None:
     b0, bsrc = physical_batch(ra.metadata, ra.steps)
     accum, asrc = accumulation(ra.metadata, ra.steps)
     capacity = int(dev["capacity"]) if dev["capacity"] > 0 else None
-    unseen = int(dev["unseen"]) if dev["unseen"] >= 0 else int(config.memory_unseen_bytes)
+    unseen = int(dev["unseen"]) if dev["unseen"] >= 0 else int(thresholds.memory_unseen_bytes)
     worst = real.loc[real["peak_allocated"].idxmax()]
     ratio = (float(worst["reserved_at_peak"]) / float(worst["peak_allocated"])
              if worst["reserved_at_peak"] > 0 and worst["peak_allocated"] > 0 else 1.0)

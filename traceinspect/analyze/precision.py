@@ -216,7 +216,7 @@ def gemm_shape(op: str, in_dims: str | None) -> tuple[int, int, int, int] | None
 # rank_part
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, config=None) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame, thresholds=None) -> RankPart:
     """The tables ``matmul``, ``matmul_kernels``, ``gemm_shapes`` and the ``matmul_*`` step columns."""
     kt = _matrix_kernels(rank, steps)
     tables = {"matmul": _matmul_table(kt), "matmul_kernels": _kernel_table(kt), "gemm_shapes": _shape_table(kt)}

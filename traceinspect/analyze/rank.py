@@ -16,7 +16,7 @@ import pandas as pd
 
 from .attribution import (GPU_CATEGORIES, attribute, gpu_category_codes, name_mask, name_strings, pageable_launch_rows,
                           sync_call_rows)
-from ..config import Config, DEFAULT
+from ..thresholds import DEFAULT, Thresholds
 from .events import step_at
 from .links import enclosing_ops, launch_calls, launch_rows
 from .steps import find_steps
@@ -27,15 +27,15 @@ from .results import RankAnalysis, RankPart
 __all__ = ["FanOut", "RankAnalysis", "RankPart", "analyze_rank", "analyze_ranks"]
 
 
-def analyze_rank(rank: RankTrace, config: Config = DEFAULT, fan_out: FanOut | None = None) -> RankAnalysis:
+def analyze_rank(rank: RankTrace, thresholds: Thresholds = DEFAULT, fan_out: FanOut | None = None) -> RankAnalysis:
     """One rank's events -> its frozen ``RankAnalysis``: the base step table, then the base tables and every
     per-rank analysis (``RANK_EXTENSIONS``) as parts, run by ``fan_out`` (handed in by ``run/``: side by side on
     a big rank) or one after the other here; composed in order."""
     steps = find_steps(rank)
-    table = attribute(rank, steps, config)
+    table = attribute(rank, steps, thresholds)
     basis = "gpu" if len(steps.gpu_index) else "cpu"
     thunks = [partial(_base_part, rank, steps)]
-    thunks += [partial(_run_part, part, rank, steps, table, config) for part in _rank_parts()]
+    thunks += [partial(_run_part, part, rank, steps, table, thresholds) for part in _rank_parts()]
     parts = fan_out(thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
     tables: dict[str, pd.DataFrame] = {}
     errors: list[str] = []
@@ -103,16 +103,16 @@ def _base_part(rank: RankTrace, steps) -> RankPart:
     return RankPart(tables=tables)
 
 
-def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, config: Config) -> RankPart:
+def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, thresholds: Thresholds) -> RankPart:
     """One analysis' part; its failure is a line in the rank's errors (the rank's report stands without it)."""
     try:
-        return part(rank, steps, table, config)
+        return part(rank, steps, table, thresholds)
     except Exception as exc:  # one failing analysis must not take the rank's report down
         return RankPart(errors=(f"{part.__module__.rsplit('.', 1)[-1]} analysis failed on rank {rank.rank}: "
                                 f"{type(exc).__name__}: {exc}",))
 
 
-# Per-rank analyses, each a module with ``rank_part(rank, steps, table, config) -> RankPart``. They read the
+# Per-rank analyses, each a module with ``rank_part(rank, steps, table, thresholds) -> RankPart``. They read the
 # events and the base step table ``table`` (never each other's output, never changing ``table``), so they may run
 # side by side.
 RANK_EXTENSIONS = ("collectives", "precision", "optimizer", "utilization", "idle", "model_parallel", "issue", "flops",
@@ -134,7 +134,7 @@ def _rank_parts():
 
 
 def _unavailable(name: str, exc: Exception):
-    def rank_part(rank, steps, table, config) -> RankPart:
+    def rank_part(rank, steps, table, thresholds) -> RankPart:
         raise ImportError(f"the {name} analysis cannot be loaded ({type(exc).__name__}: {exc})")
 
     rank_part.__module__ = f"{__package__}.{name}"
@@ -274,5 +274,5 @@ def _enclosing_annotations(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def analyze_ranks(trace: Trace, config: Config = DEFAULT, fan_out: FanOut | None = None) -> list[RankAnalysis]:
-    return [analyze_rank(r, config, fan_out) for r in trace.ranks]
+def analyze_ranks(trace: Trace, thresholds: Thresholds = DEFAULT, fan_out: FanOut | None = None) -> list[RankAnalysis]:
+    return [analyze_rank(r, thresholds, fan_out) for r in trace.ranks]

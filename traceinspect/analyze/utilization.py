@@ -40,7 +40,7 @@ import pandas as pd
 from .attribution import is_comm_kernel, sync_call_rows
 from .events import EndTimes, rows_sharing_corr, runtime_mask, step_at
 from .intervals import build_timeline
-from ..config import DEFAULT, Config
+from ..thresholds import DEFAULT, Thresholds
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
 
@@ -58,9 +58,10 @@ LAUNCH_CALLS = frozenset({
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
-def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None, config: Config = DEFAULT) -> RankPart:
+def rank_part(rank: RankTrace, steps, step_table: pd.DataFrame | None = None,
+              thresholds: Thresholds = DEFAULT) -> RankPart:
     """The tables ``utilization`` and ``utilization_summary``, the launch step columns and ``smi_util``."""
-    window_us = float(config.util_window_us)
+    window_us = float(thresholds.util_window_us)
     ev = rank.events
     columns = _launch_columns(ev, steps)
     tl = _timeline(ev, steps)

@@ -46,9 +46,11 @@ def _run_count(path: str, config) -> int:
     if not Path(path).is_dir():
         return 1
     try:
-        from ..run.local import plan
+        from ..load.discover import list_traces
+        from ..load.reader import plan
+        from ..run.services import workers
 
-        _, _, runs = plan(path, dataclasses.replace(config, use_cache=False))
+        runs = plan(list_traces(path), workers(config.options), config.limits).runs
     except Exception:  # noqa: BLE001 - the report itself says what is wrong with the folder
         return 1
     return int(runs["count"]) if runs and runs.get("count") else 1

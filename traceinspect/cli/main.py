@@ -211,14 +211,14 @@ def explain(rule_id, settings) -> None:
     it reads with their current values."""
     import textwrap
 
-    from ..config import Config, reason
     from ..diagnose import all_rules, doc_of, get_rule, thresholds_of
+    from ..thresholds import Thresholds, reason
 
     mod = get_rule(rule_id)
     if mod is None:
         known = ", ".join(m.ID for m in all_rules())
         raise UsageError(f"unknown rule '{rule_id}' (known: {known})")
-    chosen, default = Config().with_settings(settings), Config()
+    chosen, default = Thresholds().with_settings(settings), Thresholds()
     from ..render.text import rst_text
 
     click.echo(rst_text(doc_of(mod)))

@@ -9,13 +9,15 @@ from .options import workers_for
 
 
 def report_all_runs(ctx: click.Context, command) -> None:
-    from ..config import Config
-    from ..run.local import plan
+    from ..config import RunOptions
+    from ..load.discover import list_traces
+    from ..load.reader import plan
+    from ..run.services import workers
 
     params = dict(ctx.params)
     params["workers"] = workers_for(params["workers"])  # capped (and said) once, not once per run
     formats.no_stdout_per_run(command.name, params)
-    _, _, runs = plan(params["path"], Config(workers=params["workers"], use_cache=False))  # lists files, reads no events
+    runs = plan(list_traces(params["path"]), workers(RunOptions(workers=params["workers"]))).runs  # reads no events
     formats.make_folders_per_run(command.name, params)  # the runs' folders go inside --out DIR: made here
     count = runs["count"] if runs else 1
     worst = 0

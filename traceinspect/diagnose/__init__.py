@@ -1,11 +1,12 @@
 """The rules: one module each, a stable id, the module docstring is the rule's documentation.
 
 A rule module declares itself in one ``RULE = Rule(...)`` (_rule.py: its stable id, title, needs, claim, verdict
-label, settings, evidence type, fix and ``check(report, config) -> list[Finding]``). ``check`` reads only the
-analyzed report (per-rank step tables and summaries), never raw events, so rules run the same whether ranks were
-analyzed locally or on a cluster. A rule module that cannot be imported, declares no rule, or whose needs a rank
-does not meet, is an error in the report (``errors``), never a silent skip; the other rules still run. Adding a
-rule is one module and one line in ``RULE_MODULES``.
+label, settings, evidence type, fix and ``check(report, config) -> list[Finding]``, ``config`` the
+``Thresholds``: the only settings the diagnose stage is handed). ``check`` reads only the analyzed report (per-rank
+step tables and summaries), never raw events, so rules run the same whether ranks were analyzed locally or on a
+cluster. A rule module that cannot be imported, declares no rule, or whose needs a rank does not meet, is an error
+in the report (``errors``), never a silent skip; the other rules still run. Adding a rule is one module and one
+line in ``RULE_MODULES``.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def missing_needs(rule: Rule, report) -> list[str]:
     return out
 
 
-def run_rules(report, config) -> list:
-    """Every rule on ``report``; a rule with unmet needs or that raises adds a line to ``report.errors``."""
+def run_rules(report, thresholds) -> list:
+    """Every rule on ``report`` with the ``Thresholds``; a rule with unmet needs or that raises adds a line to
+    ``report.errors``."""
     rules, errors = load_rules()
     report.errors.extend(errors)
     findings = []
@@ -100,7 +102,7 @@ def run_rules(report, config) -> list:
             report.errors.extend(unmet)
             continue
         try:
-            findings.extend(rule.check(report, config))
+            findings.extend(rule.check(report, thresholds))
         except Exception as exc:  # a broken rule must not take the report down with it
             report.errors.append(f"rule {rule.ID} failed: {type(exc).__name__}: {exc}")
     return findings

@@ -2,7 +2,7 @@
 
 A rule module ends with one ``RULE = Rule(...)``: its id and title, what it reads (``Needs``), how its claim is
 taken (``Claim``: the pools, per basis, in order, as the kinds of takes.py, and where it stands in the claim
-order), its label in the verdict, the settings it reads (``Config`` fields: what ``explain`` lists and ``--set``
+order), its label in the verdict, the settings it reads (``Thresholds`` fields: what ``explain`` lists and ``--set``
 changes), its evidence type (a ``msgspec.Struct``; the finding's JSON ``evidence`` is that record, key for key) and
 its fix as a function of that evidence (``fix(evidence, setup=None) -> str``; ``setup``: what the run is, where a
 caller knows it). The accounting (accounting.py) iterates over these declarations and never asks which rule it
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import msgspec
 
-from ..config import Config
+from ..thresholds import Thresholds
 from .finding import Finding
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ class Rule:
     needs: Needs
     claim: Claim
     label: str  # its name in the verdict line ("dataloader 43.7 ms, pageable copies 17.7 ms")
-    thresholds: tuple[str, ...]  # the Config fields it reads, its claim's included
+    thresholds: tuple[str, ...]  # the Thresholds fields it reads, its claim's included
     evidence: type  # the msgspec.Struct of its evidence
     fix: Callable  # fix(evidence, setup=None) -> code to paste
-    check: Callable  # check(report, config) -> list[Finding]
+    check: Callable  # check(report, config) -> list[Finding]; config: the Thresholds
     # The parallel strategies it applies to (``Strategy.kinds``: "ddp", "fsdp1", "fsdp2", "tp", "pp"); None: any.
     # A run that shows strategies, none of them these, is not checked (DDP's rules never fire on FSDP or PP).
     strategies: tuple[str, ...] | None = None
@@ -101,12 +101,12 @@ class Rule:
 
 
 def declared(module) -> Rule:
-    """A rule module's declaration, checked: a module without one, or whose thresholds are not settings, cannot
-    load (``load_rules`` reports it)."""
+    """A rule module's declaration, checked: a module without one, or whose thresholds are not ``Thresholds``
+    fields, cannot load (``load_rules`` reports it)."""
     rule = getattr(module, "RULE", None)
     if not isinstance(rule, Rule):
         raise TypeError(f"{module.__name__} declares no RULE = Rule(...)")
-    known = {f.name for f in fields(Config)}
+    known = {f.name for f in fields(Thresholds)}
     unknown = [n for n in rule.thresholds if n not in known]
     if unknown:
         raise TypeError(f"rule {rule.id} declares unknown setting(s): {', '.join(unknown)}")

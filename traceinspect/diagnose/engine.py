@@ -13,8 +13,8 @@ import pandas as pd
 
 from ..analyze.rank import RankAnalysis
 from ..analyze.strategy import Strategy, run_strategy
-from ..config import Config, DEFAULT
 from ..load.trace import Skipped
+from ..thresholds import DEFAULT, Thresholds
 from .finding import Finding, severity_rank
 
 
@@ -26,7 +26,7 @@ class Report:
     skipped: list[Skipped]
     world_size: int | None
     cross_rank: dict = field(default_factory=dict)
-    config: Config = DEFAULT
+    thresholds: Thresholds = DEFAULT  # what the analysis and the rules read of the settings
     missing_ranks: list[int] = field(default_factory=list)  # ranks the world size promises but no file provided
     errors: list[str] = field(default_factory=list)  # analyses or rules that failed; the rest of the report stands
     # Per-rank claims, projection and verdict (diagnose/accounting.py); empty when the accounting failed.
@@ -52,7 +52,7 @@ class Report:
 
 
 def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world_size: int | None,
-           config: Config = DEFAULT, runs: dict | None = None, make: type[Report] = Report) -> Report:
+           thresholds: Thresholds = DEFAULT, runs: dict | None = None, make: type[Report] = Report) -> Report:
     """The cross-rank stage and the rules, on per-rank summaries only (``runs``: what the loader found), into a
     ``make`` (``Report`` or a subclass: the run's adds the document)."""
     ranks = sorted(ranks, key=lambda r: r.rank)
@@ -60,23 +60,23 @@ def finish(source: str, ranks: list[RankAnalysis], skipped: list[Skipped], world
     ranks, world_size = _drop_other_runs(ranks, skipped, world_size)
     have = {r.rank for r in ranks}
     missing = [r for r in range(world_size or 0) if r not in have]
-    report = make(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size, config=config,
-                    missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs,
-                    strategy=run_strategy(ranks))
+    report = make(source=source, ranks=ranks, findings=[], skipped=skipped, world_size=world_size,
+                  thresholds=thresholds, missing_ranks=missing, errors=[e for r in ranks for e in r.errors], runs=runs,
+                  strategy=run_strategy(ranks))
     if len(ranks) > 1:
         from ..analyze.cross_rank import cross_rank_analysis
 
         try:
-            report.cross_rank = cross_rank_analysis(ranks, config)
+            report.cross_rank = cross_rank_analysis(ranks, thresholds)
         except Exception as exc:  # the per-rank findings still stand
             report.errors.append(f"cross-rank analysis failed: {type(exc).__name__}: {exc}")
     from . import all_rules, run_rules
 
-    findings = run_rules(report, config)
+    findings = run_rules(report, thresholds)
     try:
         from .accounting import account
 
-        findings, report.accounting = account(report, findings, config)
+        findings, report.accounting = account(report, findings, thresholds)
     except Exception as exc:  # the findings stand with the rules' own estimates
         report.errors.append(f"accounting failed: {type(exc).__name__}: {exc}")
     order = {m.ID: i for i, m in enumerate(all_rules())}

@@ -47,7 +47,7 @@ def claim_table(rules) -> str:
 
 def thresholds_table(rules) -> str:
     """Each rule's settings (what ``explain`` lists and ``--set`` changes): default and why."""
-    from ..config import DEFAULT, reason
+    from ..thresholds import DEFAULT, reason
 
     lines = ["| finding | setting | default | why |", "| --- | --- | ---: | --- |"]
     for r in rules:

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import DEFAULT
 from . import instants as _instants
 from . import meta as M
 from .decode import NUM_COLS, RAW_COLS, STR_COLS
 from .files import FileResult
+from .limits import DEFAULT_LIMITS
 from .trace import RankTrace, Skipped
 from .unmodelled import merged
 
@@ -65,7 +65,7 @@ def group_results(results: list[FileResult]) -> list[tuple[int, list[FileResult]
     return sorted(by_rank.items())
 
 
-def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAULT.max_world_size
+def assemble(groups: list[tuple[int, list[FileResult]]], max_world: int = DEFAULT_LIMITS.max_world_size
              ) -> tuple[list[RankTrace], list[Skipped]]:
     """One RankTrace per (rank, files); several files of one rank are successive active windows."""
     import pandas as pd

@@ -65,7 +65,7 @@ def _iter_raw(path: str, limits: Limits) -> Iterator[bytes]:
             no_nul(block, done, path)
             done += len(block)
             if cap is not None and done > cap:
-                raise FinalFileError(path, f"inflates past {mb(cap)}, over {limits.inflate_ratio:g} times its "
+                raise FinalFileError(path, f"inflates past {mb(cap)}, over {limits.max_inflate_ratio:g} times its "
                                            f"{mb(size)} on disk (limit max_inflate_ratio, docs/folders.md): a "
                                            "decompression bomb, not a trace")
             yield block

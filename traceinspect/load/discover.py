@@ -1,4 +1,7 @@
-"""Finding trace files under a folder (standard library only: the cached report path imports nothing heavy).
+"""Listing the trace files under a folder (standard library only: the cached report path imports nothing heavy).
+
+A report lists its folder once (``list_traces``) and every step reuses that ``Listing``: the cache key, the pieces
+decoded early (``prefetch.py``), the plan of the runs and ranks (``reader.plan``).
 
 Nothing is passed over without a word: a sub-folder that cannot be read, a file named like a trace that cannot be
 looked at, a link that leads out of the folder (a report of a folder reads what is in it, never a file elsewhere
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NoUsableTraceError
@@ -45,17 +49,24 @@ def _why(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def find_trace_files(path: str | os.PathLike, passed_over: list[tuple[str, str]] | None = None) -> list[Path]:
-    """Every trace file under ``path`` (recursively), or ``path`` itself if it is a file.
+@dataclass(frozen=True)
+class Listing:
+    """A folder (or one file) listed: its trace files, sorted, and what was passed over, each ``(path, reason)``."""
 
-    ``passed_over``, when given, receives ``(path, reason)`` for each folder or trace-named file not read.
-    """
+    source: str  # the path as given
+    files: tuple[Path, ...]
+    passed_over: tuple[tuple[str, str], ...] = ()
+
+
+def list_traces(path: str | os.PathLike) -> Listing:
+    """Every trace file under ``path`` (recursively), or ``path`` itself if it is a file, and each folder or
+    trace-named file not read with its one-line reason. A path that does not exist is a ``NoUsableTraceError``."""
     p = Path(path)
     if not p.exists():
         raise NoUsableTraceError(f"{p}: no such file or folder")
     if p.is_file():
-        return [p]
-    out = passed_over if passed_over is not None else []
+        return Listing(str(path), (p,))
+    out: list[tuple[str, str]] = []
 
     def unreadable(exc: OSError) -> None:
         out.append((str(exc.filename), f"folder cannot be read ({_why(exc)})"))
@@ -80,10 +91,10 @@ def find_trace_files(path: str | os.PathLike, passed_over: list[tuple[str, str]]
                 found.append(f)
         except OSError as exc:  # a link to nowhere, a file in a folder that can be listed but not entered
             out.append((str(f), f"cannot be read ({_why(exc)})"))
-    return found
+    return Listing(str(path), tuple(found), tuple(out))
 
 
-def no_traces(path: str | os.PathLike, passed_over: list[tuple[str, str]]) -> NoUsableTraceError:
+def no_traces(path: str | os.PathLike, passed_over: tuple[tuple[str, str], ...]) -> NoUsableTraceError:
     """The error for a folder without trace files, naming the first thing passed over (an unreadable folder...)."""
     why = f" ({passed_over[0][0]}: {passed_over[0][1]})" if passed_over else ""
     return NoUsableTraceError(f"{path}: no trace files (*.json, *.json.gz) found{why}")

@@ -100,7 +100,7 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = D
     Returns an iterator of pieces (each a comma-separated run of whole events) and a dict that is filled, once the
     iterator is exhausted, with ``header``/``trailer`` bytes (the object around the array) and ``bytes`` (total
     decompressed size). Layouts we cannot cut are yielded as one piece. Once a piece was cut, text that runs on
-    for ``limits.event_bytes`` without an event boundary stops the file (``FinalFileError``): no event is that
+    for ``limits.max_event_bytes`` without an event boundary stops the file (``FinalFileError``): no event is that
     long, and holding it would cost memory without bound.
     """
     info: dict = {"header": b"", "trailer": b"", "bytes": 0}
@@ -148,7 +148,7 @@ def read_pieces(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = D
                     searched = 0
                 else:
                     searched = max(0, len(buf) - len(marker))
-                    if info.get("yielded") and len(buf) > limits.event_bytes:
+                    if info.get("yielded") and len(buf) > limits.max_event_bytes:
                         raise FinalFileError(path, f"{mb(len(buf))} of text without an event boundary after byte "
                                                    f"{info['bytes'] - len(buf):,} (limit max_event_bytes, "
                                                    "docs/folders.md)")
@@ -218,7 +218,7 @@ def decode_meta(header: bytes, trailer: bytes, path: str) -> dict:
 def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = DEFAULT_LIMITS) -> dict | None:
     """Header, trailer and event byte ranges of a plain Kineto file; None when it is gzip or not cuttable.
 
-    Event boundaries are looked for at most ``limits.event_bytes`` away from where one is expected (the array's
+    Event boundaries are looked for at most ``limits.max_event_bytes`` away from where one is expected (the array's
     end, the next piece's end): where there is none (a damaged or sparse file) the streaming reader says why,
     without this scan having read (and mapped) the whole file."""
     import mmap
@@ -238,8 +238,8 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = D
                 return None
             layout, start = found
             marker = layout.marker
-            last = mm.rfind(marker, max(start, size - limits.event_bytes))
-            if last < 0 and size - start > limits.event_bytes:
+            last = mm.rfind(marker, max(start, size - limits.max_event_bytes))
+            if last < 0 and size - start > limits.max_event_bytes:
                 return None
             tail_from = max(last, start)
             m = layout.close.search(mm[tail_from:])
@@ -256,7 +256,7 @@ def plan_ranges(path: str, piece_bytes: int = PIECE_BYTES, *, limits: Limits = D
                     break
                 cut = mm.rfind(marker, pos, target)
                 if cut <= pos:
-                    far = min(events_end, target + limits.event_bytes)
+                    far = min(events_end, target + limits.max_event_bytes)
                     cut = mm.find(marker, target, far)
                     if cut < 0:
                         if far < events_end:

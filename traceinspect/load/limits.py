@@ -1,4 +1,5 @@
-"""What one trace file may cost while it is read: the limit fields of ``Config``, as the loader applies them.
+"""What one trace file may cost while it is read, and what reading the traces may hold: the loader's settings, the
+only ones the load stage is handed (``Limits``).
 
 A trace is data from elsewhere (a colleague, a cluster, a bug report): its size on disk, its compression and the
 numbers in its metadata are not trusted to say how much memory reading it takes. Past a limit the file gets a
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import DEFAULT
 from ..errors import TraceFileError
 
 
@@ -23,33 +23,45 @@ class FinalFileError(TraceFileError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The loader's copy of the limit fields of ``Config`` (small and picklable: it travels to worker processes)."""
+    """The limits (docs/folders.md, "Limits" and "Memory"); small and picklable: it travels to worker processes.
+    They are no ``--set`` threshold: raise one with ``Config(...)`` in the Python API."""
 
-    inflate_ratio: float  # Config.max_inflate_ratio
-    inflate_floor: int  # Config.min_inflate_cap_bytes
-    event_bytes: int  # Config.max_event_bytes
-    world: int  # Config.max_world_size
-    memory: int = 1 << 30  # Config.memory_limit_bytes
-    spill_dir: str | None = None  # Config.spill_dir
-
-    @classmethod
-    def of(cls, config) -> "Limits":
-        return cls(inflate_ratio=config.max_inflate_ratio, inflate_floor=config.min_inflate_cap_bytes,
-                   event_bytes=config.max_event_bytes, world=config.max_world_size,
-                   memory=config.memory_limit_bytes, spill_dir=config.spill_dir)
+    # --- limits: what one trace file may cost (docs/folders.md, "Limits") --------------------------------------
+    # A file past a limit is skipped with a one-line reason naming the limit; the other files still report.
+    # A compressed trace may inflate to at most this many times its size on disk. Kineto's JSON compresses 10-25x
+    # (46x the most repetitive capture in fixtures/, a CUDA-graph replay); a gzip of whitespace or of one event
+    # repeated reaches ~1000x: a decompression bomb, which would otherwise cost memory without bound.
+    max_inflate_ratio: float = 200.0
+    # ... but any compressed file may inflate to this many bytes (a small file's ratio says little).
+    min_inflate_cap_bytes: int = 64 << 20
+    # Text without an event boundary (one event, or what follows the last one) past this many bytes stops a file
+    # read in pieces: the largest events are a few MB (a kernel name of a MB is hostile already); beyond that the
+    # reader would hold text it cannot cut, however long.
+    max_event_bytes: int = 64 << 20
+    # A world size in a trace's metadata above this is implausible (the largest training jobs run on ~10^5
+    # GPUs): it is read as unknown, with a one-line note, so missing ranks are never counted up to it.
+    max_world_size: int = 1 << 20
+    # --- memory: what reading the traces may hold (docs/folders.md, "Memory") ---------------------------------
+    # Decoding keeps at most this many bytes of columns and pieces in flight, shared by every decoding process
+    # (not a bound each): a file whose columns pass a quarter of it is spilled to unnamed files in spill_dir and
+    # read back memory-mapped, so what a report holds of it does not grow with the file.
+    memory_limit_bytes: int = 1 << 30
+    # Where columns past the bound are spilled (None: the system's temporary folder); the files have no name and
+    # vanish with the process.
+    spill_dir: str | None = None
 
     def inflate_cap(self, size_on_disk: int) -> int:
         """Most decompressed bytes a compressed file of this size may hold."""
-        return max(self.inflate_floor, int(self.inflate_ratio * size_on_disk))
+        return max(self.min_inflate_cap_bytes, int(self.max_inflate_ratio * size_on_disk))
 
     @property
     def spill_bytes(self) -> int:
         """Columns of one file held in memory at most before they go to disk (load/spill.py)."""
-        return self.memory // 4
+        return self.memory_limit_bytes // 4
 
     def inflight(self, workers: int) -> int:
         """Pieces decoding at once, across every process: what the bound leaves after the spill threshold."""
-        return max(1, min(2 * workers, (self.memory - self.spill_bytes) // PIECE_COST))
+        return max(1, min(2 * workers, (self.memory_limit_bytes - self.spill_bytes) // PIECE_COST))
 
 
 # What one piece in flight may cost while it is decoded: its text, the decoded structs and its columns (measured on
@@ -58,7 +70,7 @@ class Limits:
 PIECE_COST = 96 << 20
 
 
-DEFAULT_LIMITS = Limits.of(DEFAULT)
+DEFAULT_LIMITS = Limits()
 
 
 def mb(n: float) -> str:

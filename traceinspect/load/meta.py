@@ -11,7 +11,7 @@ import math
 import re
 from pathlib import Path
 
-from ..config import DEFAULT
+from .limits import DEFAULT_LIMITS
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|rk)[-_]?(\d+)", re.IGNORECASE)
 # Lightning's PyTorchProfiler names files "<stage>[-<filename>]-<local_rank>[-<action>].<time>.pt.trace.json".
@@ -50,7 +50,7 @@ def base_ns(meta: dict) -> int | None:
     return b if b is not None and b >= 0 else None
 
 
-def distributed(meta: dict, max_world: int = DEFAULT.max_world_size) -> dict:
+def distributed(meta: dict, max_world: int = DEFAULT_LIMITS.max_world_size) -> dict:
     """``distributedInfo`` with its known fields of the right type (a field of another type is left out, and so
     is a world size above ``max_world``: see ``implausible_world``)."""
     d = dict(as_dict(meta.get("distributedInfo")))
@@ -91,15 +91,15 @@ def rank_of(meta: dict, path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def world_of(meta: dict, max_world: int = DEFAULT.max_world_size) -> int | None:
-    """The world size the metadata states, when it is a plausible one (1 to ``max_world``, Config.max_world_size)."""
+def world_of(meta: dict, max_world: int = DEFAULT_LIMITS.max_world_size) -> int | None:
+    """The world size the metadata states, when it is a plausible one (1 to ``max_world``, Limits.max_world_size)."""
     for w in _stated_worlds(meta):
         if 0 < w <= max_world:
             return w
     return None
 
 
-def implausible_world(meta: dict, max_world: int = DEFAULT.max_world_size) -> int | None:
+def implausible_world(meta: dict, max_world: int = DEFAULT_LIMITS.max_world_size) -> int | None:
     """A world size the metadata states above ``max_world``: a number no job has, read as unknown (a world size is
     never an allocation size: missing ranks are not counted up to it)."""
     return next((w for w in _stated_worlds(meta) if w > max_world), None)
@@ -115,7 +115,7 @@ def host_of(meta: dict) -> str | None:
     return as_str(meta.get("host_name")) or None
 
 
-def job_identity(meta: dict, max_world: int = DEFAULT.max_world_size) -> tuple:
+def job_identity(meta: dict, max_world: int = DEFAULT_LIMITS.max_world_size) -> tuple:
     """What every rank of one job writes alike: backend, world size, NCCL version (None where absent)."""
     d = distributed(meta)
     return (as_str(d.get("backend")), world_of(meta, max_world), as_str(d.get("nccl_version")))

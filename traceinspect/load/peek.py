@@ -100,7 +100,7 @@ def peek(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> FileFacts:
     if not any(p["n"] for p in parts):
         facts.error = "no usable trace events (no complete 'X' events of a known kind)"
         return facts
-    _from_meta(facts, meta, limits.world)
+    _from_meta(facts, meta, limits.max_world_size)
     _from_events(facts, parts, M.base_ns(meta))
     if tail is None and facts.name_time_ns is not None and facts.clock == "absolute":
         facts.end_ns = max(facts.end_ns or 0, facts.name_time_ns)  # written when the window ended

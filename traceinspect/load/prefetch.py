@@ -1,16 +1,16 @@
 """Decoding started before the analysis stack is imported, so that the two overlap.
 
 Importing pandas and the analyses takes about half a second, and a report of one big trace decodes it in worker
-processes that used to start only after that import. ``started(path, config, workers, cache)`` starts the workers
+processes that used to start only after that import. ``started(files, limits, workers, cache)`` starts the workers
 (handed in, ``load/services.py``) first, hands them the pieces of the files the report will cut into pieces, and
 yields what it started (a ``Started``, or None) while the import runs. The runner hands that on with its workers
 (``Workers.started``); ``decode_files`` collects the pieces it finds started there (``Started.take``) instead of
 submitting them again. The columns are the same either way: the same ``decode_range`` on the same byte ranges.
 Nothing is kept in this module: what was started lives in the ``Started`` the caller holds.
 
-Only where the work is certain to be wanted: the local executor with several workers, one trace file (which the
-report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read instead. This module
-imports only the standard library until it starts, so it costs nothing elsewhere.
+Only where the work is certain to be wanted: the local executor (the run asks only then), several workers, one
+trace file (which the report then cuts into pieces), a plain (uncompressed) file, and no cached columns to read
+instead. This module imports only the standard library until it starts, so it costs nothing elsewhere.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .services import ColumnCache, Workers
 
 
@@ -84,12 +85,13 @@ class Started:
 
 
 @contextmanager
-def started(path, config, workers: Workers | None = None, cache: ColumnCache | None = None
+def started(files, limits: Limits, workers: Workers | None = None, cache: ColumnCache | None = None
             ) -> Iterator[Started | None]:
-    """Within the block, the files ``path``'s report will decode in pieces are being decoded on ``workers`` (none
-    handed in: nothing starts); a file with columns in ``cache`` is read from there instead, so never started.
-    Yields what was started (None: nothing), for the caller to hand on with its workers."""
-    pre = _start(path, config, workers, cache) if workers is not None else None
+    """Within the block, those of ``files`` (a report's, as listed: ``discover.Listing.files``) that the report
+    will decode in pieces are being decoded on ``workers`` (none handed in: nothing starts); a file with columns in
+    ``cache`` is read from there instead, so never started. Yields what was started (None: nothing), for the caller
+    to hand on with its workers."""
+    pre = _start(files, limits, workers, cache) if workers is not None else None
     try:
         yield pre
     finally:
@@ -105,20 +107,18 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _start(path, config, workers: Workers, cache: ColumnCache | None) -> Started | None:
+def _start(files, limits: Limits, workers: Workers, cache: ColumnCache | None) -> Started | None:
     """Start the workers and submit the pieces; None where nothing is certain to be wanted (or anything fails:
     the report then decodes as it would have, and says what went wrong itself)."""
-    if config.executor != "local" or config.scheduler or getattr(workers, "started", None) is not None:
+    if getattr(workers, "started", None) is not None:
         return None
     try:
         n = workers.count
         if n < 2 or not workers.can_fork():
             return None
         from .decode import decode_range, plan_ranges
-        from .discover import find_trace_files
-        from .limits import Limits
 
-        files = [str(f) for f in find_trace_files(path)]
+        files = [str(f) for f in files]
         # One file only: several are decoded whole, one per worker, or rank after rank (started all at once,
         # every rank's columns would wait in memory while the first is analysed).
         if len(files) != 1 or (cache is not None and any(cache.has(Path(f)) for f in files)):
@@ -130,7 +130,7 @@ def _start(path, config, workers: Workers, cache: ColumnCache | None) -> Started
     if not plans:
         return None
     pre = Started(pool=workers.pool(n), count=n)
-    first = Limits.of(config).inflight(n)  # the bound on pieces in flight holds from the first (load/limits.py)
+    first = limits.inflight(n)  # the bound on pieces in flight holds from the first (load/limits.py)
     for f, plan in plans.items():
         futures = [pre.pool.submit(decode_range, f, a, b) for a, b in plan["ranges"][:first]]
         pre.files[os.path.realpath(f)] = (_stamp(f), plan, futures)

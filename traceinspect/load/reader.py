@@ -1,5 +1,6 @@
-"""Paths -> ``Trace``: find every rank's trace files, plan the folder's runs, decode the files (in the worker
-processes handed in, through the column cache handed in), group them by rank.
+"""Paths -> ``Trace``: list every rank's trace files (``discover.list_traces``), plan the folder's runs (``plan``:
+the one planner, of the API, the CLI and both executors), decode the files (in the worker processes handed in,
+through the column cache handed in), group them by rank.
 
 Bad files degrade one at a time: each becomes a ``Skipped`` entry with a one-line reason and the rest loads.
 ``files`` decodes one file, ``assemble`` makes the ranks; the pools and the cache come from the caller
@@ -9,13 +10,13 @@ Bad files degrade one at a time: each becomes a ``Skipped`` entry with a one-lin
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..config import Config, DEFAULT
 from ..errors import NoUsableTraceError, TraceFileError, UsageError
 from .assemble import assemble as _assemble, group_results as _group_by_rank
-from .discover import find_trace_files, no_traces
+from .discover import Listing, list_traces, no_traces
 from .files import FileResult, decode_file, decode_files  # noqa: F401  (re-exported: the reader's API)
 from .limits import DEFAULT_LIMITS, Limits
 from .peek import peek
@@ -23,7 +24,7 @@ from .runs import RunPlan, plan_runs, runs_dict
 from .services import IN_PROCESS, ColumnCache, ProgressFn, Workers
 from .trace import Skipped, Trace
 
-__all__ = ["FileResult", "ProgressFn", "decode_file", "decode_files", "find_trace_files", "group_by_rank", "load",
+__all__ = ["FileResult", "Plan", "ProgressFn", "decode_file", "decode_files", "list_traces", "load", "plan",
            "plan_folder", "select_run"]
 
 
@@ -51,9 +52,36 @@ def select_run(plan: RunPlan, run: int | None, source: str):
     return chosen
 
 
+@dataclass
+class Plan:
+    """What a report of a listed folder reads: the chosen run's (rank, window files) groups, the files it does not
+    read (passed over, unreadable, copies) each with its reason, and the report's ``runs`` object (None: no run)."""
+
+    source: str
+    groups: list[tuple[int, list[str]]]
+    skipped: list[Skipped]
+    runs: dict | None
+
+
+def plan(listing: Listing, workers: Workers = IN_PROCESS, limits: Limits = DEFAULT_LIMITS, run: int | None = None,
+         resolve: bool = False) -> Plan:
+    """The plan of run ``run`` of the listed files (1 the oldest; None: the most recent), their heads read on
+    ``workers``; ``resolve``: the files by their absolute paths (for workers elsewhere). A listing without trace
+    files is a ``NoUsableTraceError`` naming what was passed over; a run that does not exist a ``UsageError``."""
+    if not listing.files:
+        raise no_traces(listing.source, listing.passed_over)
+    files = [f.resolve() for f in listing.files] if resolve else list(listing.files)
+    runs, bad = plan_folder(files, workers, limits)
+    skipped = [Skipped(file=f, reason=r) for f, r in listing.passed_over] + bad + runs.skipped
+    chosen = select_run(runs, run, listing.source)
+    if chosen is None:
+        return Plan(listing.source, [], skipped, None)
+    return Plan(listing.source, [(p.rank, p.files) for p in chosen.processes], skipped, runs_dict(runs, chosen))
+
+
 def load(
     path: str | os.PathLike | Iterable,
-    config: Config = DEFAULT,
+    limits: Limits = DEFAULT_LIMITS,
     progress: ProgressFn | None = None,
     allow_empty: bool = False,
     run: int | None = None,
@@ -63,34 +91,21 @@ def load(
     cache: ColumnCache | None = None,
 ) -> Trace:
     """Load the trace files under ``path`` into a ``Trace``, decoding on ``workers`` and reading and filling the
-    column ``cache`` (both handed in by the caller, ``run/services.py``: left out, one process and no cache;
-    ``config`` no longer decides either, and decoding reads no other setting).
+    column ``cache`` (both handed in by the caller, ``run/services.py``: left out, one process and no cache), within
+    ``limits`` (the only settings the load stage reads).
 
     A folder (or a file) is one run or several: the most recent run is loaded, or run number ``run`` (1 the oldest;
     ``trace.runs`` says what was decided). A list of files is loaded as given: grouped by the rank each names, or
     all as windows of rank ``rank``. Raises ``NoUsableTraceError`` when nothing could be loaded; otherwise unusable
     files are in ``trace.skipped``.
     """
-    limits = Limits.of(config)
     skipped: list[Skipped] = []
     runs_info = None
     groups_paths: list[tuple[int | None, list[str]]]
     if isinstance(path, (str, os.PathLike)):
-        source = str(path)
-        passed_over: list[tuple[str, str]] = []
-        files = find_trace_files(path, passed_over)
-        if not files:
-            raise no_traces(source, passed_over)
-        plan, bad = plan_folder(files, workers, limits)
-        skipped.extend(Skipped(file=f, reason=r) for f, r in passed_over)
-        skipped.extend(bad)
-        skipped.extend(plan.skipped)
-        chosen = select_run(plan, run, source)
-        if chosen is not None:
-            runs_info = runs_dict(plan, chosen)
-            groups_paths = [(p.rank, p.files) for p in chosen.processes]
-        else:
-            groups_paths = []
+        work = plan(list_traces(path), workers, limits, run)
+        source, groups_paths, runs_info = work.source, work.groups, work.runs
+        skipped.extend(work.skipped)
     else:
         files = [Path(p) for p in path]
         source = ", ".join(str(p) for p in files)
@@ -111,7 +126,7 @@ def load(
         if not frs:
             continue
         groups.extend([(r, frs)] if r is not None else _group_by_rank(frs))
-    ranks, more_skipped = _assemble(groups, config.max_world_size)
+    ranks, more_skipped = _assemble(groups, limits.max_world_size)
     skipped.extend(more_skipped)
     worlds = [r.world_size for r in ranks if r.world_size]
     world = max(worlds) if worlds else None
@@ -142,13 +157,3 @@ def _decode_all(paths: list[str], workers: Workers, cache: ColumnCache | None, p
             cache.put(Path(p), res)
         results[p] = res
     return results, skipped
-
-
-def group_by_rank(files: list[Path], workers: Workers = IN_PROCESS, run: int | None = None, source: str = "",
-                  limits: Limits = DEFAULT_LIMITS) -> tuple[list[tuple[int, list[str]]], list[Skipped], dict | None]:
-    """The chosen run of these files as (rank, window files) groups, the files no run holds, and the runs object."""
-    plan, bad = plan_folder(files, workers, limits)
-    chosen = select_run(plan, run, source)
-    if chosen is None:
-        return [], bad + plan.skipped, None
-    return [(p.rank, p.files) for p in chosen.processes], bad + plan.skipped, runs_dict(plan, chosen)

@@ -2,8 +2,8 @@
 
 A trace file is decoded in pieces of a few MB (``layout.py``); each piece's columns are handed to a ``ColumnSink``
 as it is decoded, and dropped. While the file's columns are small they are kept and merged at the end, as they
-always were. Past ``Limits.spill_bytes`` (a quarter of ``Config.memory_limit_bytes``) every column is appended to a
-file of its own instead (an unnamed temporary file in ``Config.spill_dir``, removed by the system when the last
+always were. Past ``Limits.spill_bytes`` (a quarter of ``Limits.memory_limit_bytes``) every column is appended to a
+file of its own instead (an unnamed temporary file in ``Limits.spill_dir``, removed by the system when the last
 reference goes, a crash included) and the merged columns are read-only memory maps of those files: a page is read
 from the file when the analysis touches it, so a column the analysis never reads costs nothing, and the pages a
 process holds are released again past half the bound (``_Trimmer``). The columns are the same either way, value
@@ -66,7 +66,8 @@ class ColumnSink:
     def __init__(self, limits: Limits):
         self.spill_bytes = limits.spill_bytes
         self.spill_dir = limits.spill_dir or None
-        self.resident = limits.memory // 2  # what a process may hold of the maps and the rest (``_Trimmer``)
+        # what a process may hold of the maps and the rest (``_Trimmer``)
+        self.resident = limits.memory_limit_bytes // 2
         self.pieces: list[dict] = []  # held in memory until the bound is passed
         self.held = 0
         self.files: dict[str, tuple] | None = None  # column -> (file, dtype) once spilled

@@ -15,7 +15,7 @@ import pandas as pd
 import msgspec
 from msgspec import UNSET
 
-from ..config import DEFAULT
+from ..thresholds import DEFAULT
 from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
 from ..load.unmodelled import IMPOSSIBLE
@@ -120,7 +120,7 @@ def typed(value, kind):
         return None
 
 
-def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
+def rank_doc(ra, acc: dict | None = None, thresholds=DEFAULT) -> RankDoc:
     acc = acc or {}
     step_claims = acc.get("step_claims") or {}
     colls = ra.tables.get("collectives")
@@ -174,17 +174,17 @@ def rank_doc(ra, acc: dict | None = None, config=DEFAULT) -> RankDoc:
         setup=setup_doc(getattr(ra, "setup", None)),
         unmodelled={k: v for k, v in (getattr(ra, "unmodelled", None) or {}).items() if k != IMPOSSIBLE} or UNSET,
         impossible_time_events=(getattr(ra, "unmodelled", None) or {}).get(IMPOSSIBLE) or UNSET,
-        **_memory_fields(ra, config),
+        **_memory_fields(ra, thresholds),
         throughput=throughput_doc(ra),
-        **tradeoff_fields(ra, config, acc),
-        **cost_fields(ra, acc, config),
+        **tradeoff_fields(ra, thresholds, acc),
+        **cost_fields(ra, acc, thresholds),
     )
 
 
-def _memory_fields(ra, config) -> dict:
+def _memory_fields(ra, thresholds) -> dict:
     from .memory_doc import memory_doc
 
-    doc, reason = memory_doc(ra, config)
+    doc, reason = memory_doc(ra, thresholds)
     return {"memory": doc} if doc is not None else {"memory": None, "memory_reason": reason}
 
 
@@ -216,9 +216,9 @@ _NESTED = {"explained_by": _claims, "loader_bound": lambda d: LoaderBoundDoc(**d
            "after_loader_fix": lambda d: AfterFixDoc(**d)}
 
 
-def finding_doc(f, samples: dict | None = None, config=DEFAULT) -> FindingDoc:
+def finding_doc(f, samples: dict | None = None, thresholds=DEFAULT) -> FindingDoc:
     extra = {k: clean(v) for k, v in f.extra.items()}
-    extra.update(finding_cost(f, samples or {}, config))
+    extra.update(finding_cost(f, samples or {}, thresholds))
     for k, make in _NESTED.items():
         if k in extra:
             extra[k] = make(extra[k])
@@ -237,9 +237,9 @@ def build_doc(report) -> ReportDoc:
         source=report.source,
         world_size=report.world_size,
         ranks_analyzed=len(report.ranks),
-        ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank), report.config) for r in report.ranks],
+        ranks=[rank_doc(r, acc.get("ranks", {}).get(r.rank), report.thresholds) for r in report.ranks],
         verdict=typed(acc.get("verdict"), VerdictDoc),
-        findings=[finding_doc(f, samples, report.config) for f in report.findings],
+        findings=[finding_doc(f, samples, report.thresholds) for f in report.findings],
         skipped=[SkippedDoc(file=s.file, reason=s.reason) for s in report.skipped],
         missing_ranks=list(report.missing_ranks),
         cross_rank=typed(report.cross_rank or {}, CrossRankDoc),

@@ -30,12 +30,12 @@ def _rows(t: pd.DataFrame | None) -> list[dict]:
     return t.to_dict("records") if t is not None and len(t) else []
 
 
-def memory_doc(ra, config) -> tuple[MemoryDoc | None, str | None]:
+def memory_doc(ra, thresholds) -> tuple[MemoryDoc | None, str | None]:
     """(the rank's MemoryDoc, None), or (None, why there is none)."""
     from ..analyze.outlook import memory_outlook
 
     t = ra.tables
-    o = memory_outlook(ra, config)
+    o = memory_outlook(ra, thresholds)
     if o is None:
         return None, HOW_TO_RECORD
     dev = t["memory_device"].iloc[0]

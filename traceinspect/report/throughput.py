@@ -43,7 +43,7 @@ def job_throughput_doc(report):
     return JobThroughputDoc(**{k: clean(v) for k, v in asdict(j).items()})
 
 
-def _bf16_terms(ra, acc: dict | None, config) -> tuple[float, float] | None:
+def _bf16_terms(ra, acc: dict | None, thresholds) -> tuple[float, float] | None:
     """(GPU us saved, CPU us added) per step by bf16 autocast, the no-mixed-precision rule's terms, where the
     rank has that rule's claim; else None."""
     from ..diagnose.bounds import autocast_cpu_us
@@ -55,11 +55,11 @@ def _bf16_terms(ra, acc: dict | None, config) -> tuple[float, float] | None:
     if s is None or "matmul_fp32_us" not in s or not len(s):
         return None
     gpu = SAVING * float(np.nanmean(s["matmul_fp32_us"].to_numpy(float)))
-    cpu = float(np.nanmean(autocast_cpu_us(s, config)))
+    cpu = float(np.nanmean(autocast_cpu_us(s, thresholds)))
     return gpu, cpu
 
 
-def tradeoff_fields(ra, config, acc: dict | None = None) -> dict:
+def tradeoff_fields(ra, thresholds, acc: dict | None = None) -> dict:
     """``tradeoff`` (the rows) and ``tradeoff_model`` (the rows with the model's terms), or nothing."""
     from ..analyze.outlook import memory_outlook
     from ..analyze.tradeoff import tradeoff
@@ -68,7 +68,7 @@ def tradeoff_fields(ra, config, acc: dict | None = None) -> dict:
     t = _rank_figures(ra)
     if t is None:
         return {}
-    table = tradeoff(ra, t, memory_outlook(ra, config), _bf16_terms(ra, acc, config))
+    table = tradeoff(ra, t, memory_outlook(ra, thresholds), _bf16_terms(ra, acc, thresholds))
     if table is None or not table.options:
         return {}
     rows = [TradeoffRowDoc(batch=o.batch, accum_steps=o.accum_steps, step_ms=o.step_us / 1000,
@@ -88,7 +88,7 @@ def gpu_hours(us_per_step: float | None, samples_per_step: float | None) -> floa
     return us_per_step / 1e6 / samples_per_step * 1e6 / 3600
 
 
-def cost_fields(ra, acc: dict | None, config) -> dict:
+def cost_fields(ra, acc: dict | None, thresholds) -> dict:
     """``cost``: GPU-hours (and money) per million samples today and at the projected step; nothing where the
     samples per step are not known."""
     from .doc import CostDoc
@@ -96,7 +96,7 @@ def cost_fields(ra, acc: dict | None, config) -> dict:
     t = _rank_figures(ra)
     if t is None or not t.samples_per_step or not t.step_us:
         return {}
-    price = config.gpu_hour_price or None
+    price = thresholds.gpu_hour_price or None
     now = gpu_hours(t.step_us, t.samples_per_step)
     proj = gpu_hours((acc or {}).get("projected_step_us"), t.samples_per_step)
     return {"cost": CostDoc(gpu_hours_per_million_samples=now, projected_gpu_hours_per_million_samples=proj,
@@ -104,7 +104,7 @@ def cost_fields(ra, acc: dict | None, config) -> dict:
                             projected_cost_per_million_samples=proj * price if price and proj else None)}
 
 
-def finding_cost(f, samples: dict, config) -> dict:
+def finding_cost(f, samples: dict, thresholds) -> dict:
     """A time finding's claim as GPU-hours (and money) per million samples on its claim rank; nothing where the
     claim or that rank's samples per step are not known."""
     rank = f.extra.get("claim_rank")
@@ -112,8 +112,8 @@ def finding_cost(f, samples: dict, config) -> dict:
     if hours is None:
         return {}
     out = {"gpu_hours_per_million_samples": hours}
-    if config.gpu_hour_price:
-        out["cost_per_million_samples"] = hours * config.gpu_hour_price
+    if thresholds.gpu_hour_price:
+        out["cost_per_million_samples"] = hours * thresholds.gpu_hour_price
     return out
 
 

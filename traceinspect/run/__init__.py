@@ -14,7 +14,8 @@ The whole report is cached (``run/cache.py``: user cache folder, data only), key
 every trace file's path, size and mtime, the settings and the code. A hit returns the document without importing
 numpy or pandas; ``result.analysis`` then runs the analysis on first use (its ranks come from the rank cache).
 Where the per-rank stage runs: ``local`` (``run/local.py``, process pools from ``run/pool.py``) or ``dask``
-(``run/dask.py``), by ``Config.executor``.
+(``run/dask.py``), by ``RunOptions.executor``. ``report_folder`` takes a ``Config`` and hands on its parts: the run
+options here, the ``Limits`` to the load stage, the ``Thresholds`` to the analysis, the rules and the document.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import DEFAULT, Config
+from ..config import DEFAULT, Config, RunOptions
+from ..load.limits import Limits
+from ..thresholds import Thresholds
 
 
 class Observer:
@@ -48,6 +51,7 @@ class FolderReport:
     path: str
     config: Config
     _analysis: object = field(default=None, repr=False)
+    _listing: object = field(default=None, repr=False)  # load.discover.Listing: the folder as the report listed it
 
     def to_dict(self) -> dict:
         from ..report.doc import to_dict
@@ -58,7 +62,8 @@ class FolderReport:
     def analysis(self):
         """The ``diagnose.engine.Report`` (per-rank DataFrames); analysed now if the document came from the cache."""
         if self._analysis is None:
-            self._analysis = _analyze(self.path, self.config, None)
+            c = self.config
+            self._analysis = _analyze(self._listing, c.options, c.limits, c.thresholds, None)
         return self._analysis
 
 
@@ -69,27 +74,30 @@ def report_folder(path: str | os.PathLike, config: Config = DEFAULT, observer: O
     in the report's ``skipped``, failed analyses and rules in its ``errors``.
     """
     from . import cache
-    from ..load.discover import find_trace_files  # standard library only: the cached path imports no pandas
+    from ..load.discover import list_traces  # standard library only: the cached path imports no pandas
 
     observer = observer or Observer()
-    config = cache.checked(config, path)  # a refused cache folder: one line, and the report runs without it
+    options = cache.checked(config.options, path)  # a refused cache folder: one line, and the report runs without it
+    config = replace(config, use_cache=options.use_cache)
+    limits, thresholds = config.limits, config.thresholds
+    listing = list_traces(path)  # the one listing of the folder: the key, the pieces started early, the plan
     try:
-        files = find_trace_files(path)
+        files = list(listing.files)
         total = sum(f.stat().st_size for f in files)
-    except OSError:
+    except OSError:  # a file gone since it was listed: no key (the plan says what became of it)
         files, total = [], 0
     # The key is taken once, before the analysis reads the files: a file changed meanwhile is a miss next time.
-    key = cache.result_key("report", files, config) if files and config.use_cache else None
-    doc = cache.get_report(key, config)
+    key = cache.result_key("report", files, thresholds, limits, options.run) if files and options.use_cache else None
+    doc = cache.get_report(key, options)
     if doc is not None:
         observer.end(True)
-        return FolderReport(doc=doc, from_cache=True, path=str(path), config=config)
+        return FolderReport(doc=doc, from_cache=True, path=str(path), config=config, _listing=listing)
     observer.begin(files, total)
-    live = _analyze(path, config, observer)
+    live = _analyze(listing, options, limits, thresholds, observer)
     doc = to_doc(live)
-    cache.put_report(key, doc, config)
+    cache.put_report(key, doc, options)
     observer.end(False)
-    return FolderReport(doc=doc, from_cache=False, path=str(path), config=config, _analysis=live)
+    return FolderReport(doc=doc, from_cache=False, path=str(path), config=config, _analysis=live, _listing=listing)
 
 
 def to_doc(live):
@@ -103,29 +111,30 @@ def to_doc(live):
 ANALYSIS_STACK = ("numpy", "pandas", "pyarrow")
 
 
-def _analyze(path, config: Config, observer: Observer | None):
+def _analyze(listing, options: RunOptions, limits: Limits, thresholds: Thresholds, observer: Observer | None):
+    """The analysis of the ``listing`` (``load.discover.Listing``) on the executor ``options`` name."""
     from .._optional import require
-    from ..load.prefetch import started
     from . import services
 
     # A big trace's pieces decode in workers while the analysis stack is imported; the loader collects them from
     # the workers handed on (``Workers.started``).
-    workers = services.workers(config)
-    with started(path, config, workers, services.column_cache(config)) as pre:
+    with services.started(listing.files, options, limits) as pre:
         require(ANALYSIS_STACK, "analysing traces")
-        return _analyze_with(path, config, observer, replace(workers, started=pre))
+        workers = replace(services.workers(options), started=pre)
+        return _analyze_with(listing, options, limits, thresholds, observer, workers)
 
 
-def _analyze_with(path, config: Config, observer: Observer | None, workers=None):
+def _analyze_with(listing, options: RunOptions, limits: Limits, thresholds: Thresholds, observer: Observer | None,
+                  workers=None):
     progress = observer.decoded if observer is not None else None
-    if config.executor == "dask":
+    if options.executor == "dask":
         from .dask import analyze_with_dask
 
-        return analyze_with_dask(path, config, scheduler=config.scheduler, progress=progress, run=config.run)
-    if config.scheduler:
+        return analyze_with_dask(listing, options, limits, thresholds, progress=progress)
+    if options.scheduler:
         from ..errors import UsageError
 
         raise UsageError("--scheduler needs --executor dask")
     from .local import analyze_local
 
-    return analyze_local(path, config, progress, run=config.run, workers=workers)
+    return analyze_local(listing, options, limits, thresholds, progress, workers=workers)

@@ -9,6 +9,8 @@
 
     trace = traceinspect.load_trace("./log/profile_ddp")      # or stage by stage
     report = traceinspect.analyze_trace(trace)
+
+Each takes a ``Config`` (every setting; ``config.py``) and hands each stage its part of it (``run/stages.py``).
 """
 
 from __future__ import annotations

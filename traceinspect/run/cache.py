@@ -1,6 +1,6 @@
 """The caches: decoded columns per trace file, a rank's analysis, a whole report. Nothing in them is ever executed.
 
-**Where**: one folder, ``--cache-dir`` (``Config.cache_dir``) if given, else ``$TRACEINSPECT_CACHE_DIR``, else the
+**Where**: one folder, ``--cache-dir`` (``RunOptions.cache_dir``) if given, else ``$TRACEINSPECT_CACHE_DIR``, else the
 user cache folder (``platformdirs.user_cache_dir("traceinspect")``, e.g. ``~/.cache/traceinspect``). It must be the
 user's own (``run/cache_store.py``: created ``0700``; a folder that is a link, another user's, group- or
 world-writable, or that holds files and is not a traceinspect cache is refused with a one-line note and the report
@@ -17,7 +17,7 @@ file whose schema holds an Arrow extension type (the one Arrow type that can car
 its first, middle and last 64 KiB; the settings that change results; the code (a hash of the contents of every
 source file the cached stage imports, found by walking the imports: ``code_digest``). A changed input is a miss.
 
-**Size**: at most ``Config.cache_max_bytes``; each write evicts the least recently used entries, from an index.
+**Size**: at most ``RunOptions.cache_max_bytes``; each write evicts the least recently used entries, from an index.
 """
 
 from __future__ import annotations
@@ -29,13 +29,15 @@ import os
 import re
 import stat
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ..config import Config
+from ..config import RunOptions
+from ..load.limits import Limits
+from ..thresholds import Thresholds
 from .cache_store import Refused, Store, closing_fd, open_store
 
 FORMAT = 5  # bump when an entry's layout changes: older entries are then never looked up (their folder is removed)
@@ -49,10 +51,10 @@ MIN_EVENT_BYTES = 32
 MAX_RATIO = 1100
 
 
-def cache_root(config: Config) -> Path:
+def cache_root(options: RunOptions) -> Path:
     """The one cache folder (see the module docstring for the order)."""
-    if config.cache_dir:
-        return Path(config.cache_dir)
+    if options.cache_dir:
+        return Path(options.cache_dir)
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
     from platformdirs import user_cache_dir
@@ -91,8 +93,8 @@ def _open(root: Path) -> Store:
     return store
 
 
-def _store(config: Config) -> Store | None:
-    root = cache_root(config)
+def _store(options: RunOptions) -> Store | None:
+    root = cache_root(options)
     held = _OPEN.get(os.getpid())
     if held is not None and held[0] == root and held[1].usable():
         return held[1]
@@ -105,9 +107,9 @@ def _store(config: Config) -> Store | None:
     return None
 
 
-def refusal(config: Config, folder: str | os.PathLike | None = None) -> str | None:
+def refusal(options: RunOptions, folder: str | os.PathLike | None = None) -> str | None:
     """Why the cache cannot be used (for a report of ``folder``), or None when it can."""
-    root = cache_root(config)
+    root = cache_root(options)
     if folder is not None:
         trace = Path(folder).resolve()
         top = trace if trace.is_dir() else trace.parent
@@ -123,15 +125,15 @@ def refusal(config: Config, folder: str | os.PathLike | None = None) -> str | No
     return None
 
 
-def checked(config: Config, folder: str | os.PathLike | None = None) -> Config:
-    """``config``, or a copy without the cache (and one line on stderr saying why) when the cache is refused."""
-    if not config.use_cache:
-        return config
-    reason = refusal(config, folder)
+def checked(options: RunOptions, folder: str | os.PathLike | None = None) -> RunOptions:
+    """``options``, or a copy without the cache (and one line on stderr saying why) when the cache is refused."""
+    if not options.use_cache:
+        return options
+    reason = refusal(options, folder)
     if reason is None:
-        return config
+        return options
     _note(reason)
-    return replace(config, use_cache=False)
+    return replace(options, use_cache=False)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -235,14 +237,13 @@ def _key(path: Path) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 
-# Settings that change where or how fast, never what: not part of a result's key.
-_NOT_IN_KEY = ("workers", "use_cache", "cache_dir", "cache_max_bytes", "executor", "scheduler")
-
-
-def result_key(kind: str, files: list, config: Config) -> str | None:
+def result_key(kind: str, files: list, thresholds: Thresholds, limits: Limits, run: int | None) -> str | None:
+    """The key of a result of these files: the settings that change what it says (every threshold and limit, and
+    which run of the folder; how and where it runs, never), the code, and the files."""
     try:
-        parts = [kind, _digest("run"), repr(sorted((k, v) for k, v in config.__dict__.items()
-                                                   if k not in _NOT_IN_KEY))]
+        settings = [(f.name, getattr(part, f.name)) for part, cls in ((thresholds, Thresholds), (limits, Limits))
+                    for f in fields(cls)]
+        parts = [kind, _digest("run"), repr(sorted([*settings, ("run", run)]))]
         # The paths as given go into the key too: the results name their files (and the report its source) as the
         # user spelled them, so the same files reached from another folder are another entry, never stale names.
         parts += [f"{f}|{_key(Path(f))}" for f in sorted(map(str, files))]
@@ -259,10 +260,10 @@ def _decoded_bound(files) -> int:
     return sum(os.stat(f).st_size * (1 if str(f).endswith(".json") else MAX_RATIO) for f in files)
 
 
-def _limits(decoded: int, config: Config) -> tuple[int, int, int]:
+def _limits(decoded: int, options: RunOptions) -> tuple[int, int, int]:
     """(entry bytes, table rows, table bytes) that the entry of sources holding ``decoded`` bytes may reach."""
     rows = decoded // MIN_EVENT_BYTES + 1024
-    return min(config.cache_max_bytes, 8 * decoded + (16 << 20)), rows, 256 * rows + 2 * decoded + (1 << 20)
+    return min(options.cache_max_bytes, 8 * decoded + (16 << 20)), rows, 256 * rows + 2 * decoded + (1 << 20)
 
 
 def _key_bound(key: str) -> int:
@@ -273,31 +274,31 @@ def _key_bound(key: str) -> int:
 # Files: through the checked store; any failure is a miss
 
 
-def _write(config: Config, name: str, data: bytes) -> None:
-    store = _store(config)
+def _write(options: RunOptions, name: str, data: bytes) -> None:
+    store = _store(options)
     if store is None:
         return
     try:
-        store.write(name, data, config.cache_max_bytes)
+        store.write(name, data, options.cache_max_bytes)
     except (OSError, Refused):  # a cache that cannot be written is no cache; the report does not depend on it
         pass
 
 
-def _read(config: Config, name: str, limit: int | None = None) -> memoryview | None:
-    store = _store(config)
+def _read(options: RunOptions, name: str, limit: int | None = None) -> memoryview | None:
+    store = _store(options)
     if store is None:
         return None
     try:
-        return store.read(name, config.cache_max_bytes if limit is None else limit)
+        return store.read(name, options.cache_max_bytes if limit is None else limit)
     except (OSError, Refused):
         return None
 
 
-def evict(config: Config) -> None:
+def evict(options: RunOptions) -> None:
     """Delete the least recently used entries until the folder holds at most ``cache_max_bytes``."""
-    store = _store(config)
+    store = _store(options)
     if store is not None:
-        store.evict(config.cache_max_bytes)
+        store.evict(options.cache_max_bytes)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -319,9 +320,9 @@ def _instants_name(path: Path) -> str:
     return f"inst-{_key(path)}.parquet"
 
 
-def has_columns(path: Path, config: Config) -> bool:
+def has_columns(path: Path, options: RunOptions) -> bool:
     """An entry of ``path``'s columns exists (without reading it)."""
-    store = _store(config) if config.use_cache else None
+    store = _store(options) if options.use_cache else None
     if store is None:
         return False
     try:
@@ -330,15 +331,15 @@ def has_columns(path: Path, config: Config) -> bool:
         return False
 
 
-def get(path: Path, config: Config):
+def get(path: Path, options: RunOptions):
     from .cache_tables import columns_from_table, instants_from_table, safe_table
 
     try:
         name = _cols_name(path)
-        limit, rows, nbytes = _limits(_decoded_bound([path]), config)
+        limit, rows, nbytes = _limits(_decoded_bound([path]), options)
     except OSError:
         return None
-    data = _read(config, name, limit)
+    data = _read(options, name, limit)
     if data is None:
         return None
     try:
@@ -348,7 +349,7 @@ def get(path: Path, config: Config):
             return None
         result = columns_from_table(str(path), table, info.meta, info.bytes)
         if info.instants:  # the memory instants' entry must be there and hold as many rows, else a miss
-            inst = _read(config, _instants_name(path), limit)
+            inst = _read(options, _instants_name(path), limit)
             if inst is None:
                 return None
             result.columns["instants"] = instants_from_table(safe_table(inst, rows, nbytes), info.instants)
@@ -357,7 +358,7 @@ def get(path: Path, config: Config):
         return None
 
 
-def put(path: Path, result, config: Config) -> None:
+def put(path: Path, result, options: RunOptions) -> None:
     from .cache_tables import columns_to_parquet, instants_to_parquet
 
     try:
@@ -367,9 +368,9 @@ def put(path: Path, result, config: Config) -> None:
     inst = result.columns.get("instants")
     rows = len(inst["ts"]) if inst is not None else 0
     if rows:  # written first: a columns entry that names instants finds them
-        _write(config, _instants_name(path), instants_to_parquet(inst))
+        _write(options, _instants_name(path), instants_to_parquet(inst))
     info = msgspec.json.encode(_ColumnsMeta(meta=result.meta, bytes=result.nbytes, file=str(path), instants=rows))
-    _write(config, name, columns_to_parquet(result.columns, {_META: info}))
+    _write(options, name, columns_to_parquet(result.columns, {_META: info}))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -377,14 +378,14 @@ def put(path: Path, result, config: Config) -> None:
 # and a whole report (its JSON document: standard library + msgspec only, so a cached re-report imports no pandas)
 
 
-def get_rank_result(key: str | None, config: Config):
+def get_rank_result(key: str | None, options: RunOptions):
     """``(ranks, skipped)`` of one rank task, or None."""
     from .cache_tables import rank_result_from_json
 
     if key is None:
         return None
-    limit, rows, nbytes = _limits(_key_bound(key), config)
-    data = _read(config, f"rank-{key}.json", limit)
+    limit, rows, nbytes = _limits(_key_bound(key), options)
+    data = _read(options, f"rank-{key}.json", limit)
     if data is None:
         return None
     try:
@@ -393,7 +394,7 @@ def get_rank_result(key: str | None, config: Config):
         return None
 
 
-def put_rank_result(key: str | None, result, config: Config) -> None:
+def put_rank_result(key: str | None, result, options: RunOptions) -> None:
     from .cache_tables import rank_result_to_json
 
     if key is None:
@@ -402,14 +403,14 @@ def put_rank_result(key: str | None, result, config: Config) -> None:
         data = rank_result_to_json(result)
     except Exception:  # a table Arrow cannot hold (mixed object column): not cached, still correct
         return
-    _write(config, f"rank-{key}.json", data)
+    _write(options, f"rank-{key}.json", data)
 
 
-def get_report(key: str | None, config: Config):
+def get_report(key: str | None, options: RunOptions):
     """The cached ``ReportDoc``, or None."""
     if key is None:
         return None
-    data = _read(config, f"report-{key}.json", _limits(_key_bound(key), config)[0])
+    data = _read(options, f"report-{key}.json", _limits(_key_bound(key), options)[0])
     if data is None:
         return None
     from ..report.doc import ReportDoc
@@ -420,7 +421,7 @@ def get_report(key: str | None, config: Config):
         return None
 
 
-def put_report(key: str | None, doc, config: Config) -> None:
+def put_report(key: str | None, doc, options: RunOptions) -> None:
     if key is None:
         return
-    _write(config, f"report-{key}.json", msgspec.json.encode(doc))
+    _write(options, f"report-{key}.json", msgspec.json.encode(doc))

@@ -14,19 +14,23 @@ fails in the same time instead of waiting silently for one.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import Config, DEFAULT
+from ..config import RunOptions
 from ..errors import UsageError
+from ..load.discover import Listing
+from ..load.limits import Limits
+from ..load.reader import plan
 from ..load.services import ProgressFn
-from .local import done, plan, rank_task
+from . import services
+from .local import done, rank_task
 from .pool import worker_count
 from .stages import Report
+from ..thresholds import Thresholds
 
 
 # How long to wait for a scheduler that does not answer: long enough for a busy cluster, short enough to be
@@ -84,17 +88,21 @@ def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT_S) -> dict:
     return asyncio.run(_identity(address, time.monotonic() + timeout))
 
 
-def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, scheduler: str | None = None,
-                      progress: ProgressFn | None = None, client=None, run: int | None = None) -> Report:
+def analyze_with_dask(listing: Listing, options: RunOptions, limits: Limits, thresholds: Thresholds,
+                      progress: ProgressFn | None = None, client=None) -> Report:
+    """Report on run ``options.run`` of the listed folder with the per-rank stage on the Dask cluster at
+    ``options.scheduler`` (None: a local cluster for the run), or on ``client``'s."""
     from .._optional import import_optional
 
     distributed = import_optional("dask.distributed", "--executor dask")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
+    scheduler = options.scheduler
     if client is None and scheduler:
         scheduler = scheduler_address(scheduler)
-    plan_groups, skipped, runs = plan(path, config, run, resolve=True)
-    ranks_of = [r for r, _ in plan_groups]
-    groups = [fs for _, fs in plan_groups]
+    work = plan(listing, services.workers(options), limits, options.run, resolve=True)
+    ranks_of = [r for r, _ in work.groups]
+    groups = [fs for _, fs in work.groups]
+    skipped = work.skipped
     own = client is None
     cluster = None
     if own:
@@ -106,7 +114,7 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
                 check_scheduler(scheduler)
                 client = Client(scheduler, timeout=f"{SCHEDULER_TIMEOUT_S}s")
             else:
-                cluster = LocalCluster(n_workers=worker_count(config), threads_per_worker=1, processes=True,
+                cluster = LocalCluster(n_workers=worker_count(options), threads_per_worker=1, processes=True,
                                        dashboard_address=None)
                 client = Client(cluster)
         except (OSError, TimeoutError) as exc:
@@ -114,7 +122,9 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
     try:
         # One core per task: Dask workers are daemonic and must not start process pools of their own.
         n = len(groups)
-        futures = client.map(rank_task, groups, [replace(config, workers=1)] * n, [None] * n, ranks_of, pure=False)
+        one = replace(options, workers=1)
+        futures = client.map(rank_task, groups, [one] * n, [limits] * n, [thresholds] * n, [None] * n, ranks_of,
+                             pure=False)
         ranks = []
         for fs, (r, s) in zip(groups, client.gather(futures)):
             ranks.extend(r)
@@ -127,4 +137,4 @@ def analyze_with_dask(path: str | os.PathLike, config: Config = DEFAULT, schedul
             client.close()
             if cluster is not None:
                 cluster.close()
-    return done(path, ranks, skipped, runs, config)
+    return done(work.source, ranks, skipped, work.runs, thresholds)

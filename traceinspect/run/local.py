@@ -7,38 +7,40 @@ decoded on all cores instead. ``executor="dask"`` maps the same per-rank task on
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dataclasses import replace
 
 from . import cache as _cache, services
 from ..analyze.rank import RankAnalysis, analyze_rank
-from ..config import Config, DEFAULT
+from ..config import RunOptions
 from ..errors import NoUsableTraceError
-from ..load.discover import find_trace_files, no_traces
+from ..load.discover import Listing
 from ..load.limits import Limits
-from ..load.reader import group_by_rank
+from ..load.reader import plan
 from ..load.services import ProgressFn
 from .pool import process_pool, worker_count
-from .stages import Report, finish, load
+from .stages import Report, finish, load_with
 from ..load.trace import Skipped
+from ..thresholds import Thresholds
 
 
-def rank_task(files: list[str], config: Config, progress: ProgressFn | None = None, rank: int | None = None,
+def rank_task(files: list[str], options: RunOptions, limits: Limits, thresholds: Thresholds,
+              progress: ProgressFn | None = None, rank: int | None = None,
               workers: services.ProcessWorkers | None = None) -> tuple[list[RankAnalysis], list[Skipped]]:
     """Decode and analyze the files (windows) of one rank; never raises for bad input.
 
-    The result is cached (in the user cache folder, keyed by the files, the rank, the configuration and the code), so a
+    The result is cached (in the user cache folder, keyed by the files, the rank, the settings and the code), so a
     second report of an unchanged folder skips decoding and analysis altogether.
     """
-    key = _cache.result_key(f"rank{rank}", files, config) if config.use_cache else None
-    hit = _cache.get_rank_result(key, config)
+    key = _cache.result_key(f"rank{rank}", files, thresholds, limits, options.run) if options.use_cache else None
+    hit = _cache.get_rank_result(key, options)
     if hit is not None:
         return hit
-    trace = load(files, config, progress=progress, allow_empty=True, rank=rank, workers=workers)
-    result = ([analyze_rank(r, config, services.rank_fan_out(config)) for r in trace.ranks], trace.skipped)
-    _cache.put_rank_result(key, result, config)
+    trace = load_with(files, options, limits, progress=progress, allow_empty=True, rank=rank, workers=workers)
+    result = ([analyze_rank(r, thresholds, services.rank_fan_out(options, limits)) for r in trace.ranks],
+              trace.skipped)
+    _cache.put_rank_result(key, result, options)
     return result
 
 
@@ -47,38 +49,27 @@ def _world(ranks: list[RankAnalysis]) -> int | None:
     return max(worlds) if worlds else None
 
 
-def plan(path, config: Config, run: int | None = None, resolve: bool = False):
-    """The chosen run's (rank, files) groups, the files no run holds, and the report's ``runs`` object."""
-    passed_over: list[tuple[str, str]] = []
-    files = find_trace_files(path, passed_over)
-    if not files:
-        raise no_traces(path, passed_over)
-    if resolve:
-        files = [f.resolve() for f in files]
-    groups, skipped, runs = group_by_rank(files, services.workers(config), run, str(path), Limits.of(config))
-    return groups, [Skipped(file=f, reason=r) for f, r in passed_over] + skipped, runs
-
-
-def done(path, ranks: list, skipped: list[Skipped], runs: dict | None, config: Config) -> Report:
+def done(source: str, ranks: list, skipped: list[Skipped], runs: dict | None, thresholds: Thresholds) -> Report:
     if not ranks:
         reasons = "; ".join(f"{Path(s.file).name}: {s.reason}" for s in skipped[:3])
-        raise NoUsableTraceError(f"{path}: no usable trace ({reasons})")
-    return finish(str(path), ranks, skipped, _world(ranks), config, runs)
+        raise NoUsableTraceError(f"{source}: no usable trace ({reasons})")
+    return finish(source, ranks, skipped, _world(ranks), thresholds, runs)
 
 
-def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: ProgressFn | None = None,
-                  run: int | None = None, workers: services.ProcessWorkers | None = None) -> Report:
-    """Report on run ``run`` of ``path`` (1 the oldest; the most recent when None) on ``workers`` (default: the
-    config's; the run hands in its own, with any pieces it started)."""
-    groups, skipped, runs = plan(path, config, run)
-    n = worker_count(config)
+def analyze_local(listing: Listing, options: RunOptions, limits: Limits, thresholds: Thresholds,
+                  progress: ProgressFn | None = None, workers: services.ProcessWorkers | None = None) -> Report:
+    """Report on run ``options.run`` of the listed folder (1 the oldest; the most recent when None) on ``workers``
+    (default: the options'; the run hands in its own, with any pieces it started)."""
+    work = plan(listing, services.workers(options), limits, options.run)
+    groups, skipped = work.groups, work.skipped
+    n = worker_count(options)
     sizes = {f: Path(f).stat().st_size for _, fs in groups for f in fs}
     results: list = [None] * len(groups)
     if n > 1 and len(groups) >= n:
         # Enough ranks to keep every core busy: one rank per task, each decoded on one core.
-        one = replace(config, workers=1)
+        one = replace(options, workers=1)
         with process_pool(n) as pool:
-            futures = [pool.submit(rank_task, fs, one, None, r) for r, fs in groups]
+            futures = [pool.submit(rank_task, fs, one, limits, thresholds, None, r) for r, fs in groups]
             for i, ((_, fs), fut) in enumerate(zip(groups, futures)):
                 results[i] = fut.result()
                 if progress:
@@ -87,7 +78,7 @@ def analyze_local(path: str | os.PathLike, config: Config = DEFAULT, progress: P
     else:
         # Few ranks: one at a time, each file cut into pieces decoded on all cores.
         for i, (r, fs) in enumerate(groups):
-            results[i] = rank_task(fs, config, progress, r, workers)
+            results[i] = rank_task(fs, options, limits, thresholds, progress, r, workers)
     ranks = [r for res in results for r in res[0]]
     skipped = skipped + [s for res in results for s in res[1]]
-    return done(path, ranks, skipped, runs, config)
+    return done(work.source, ranks, skipped, work.runs, thresholds)

@@ -21,7 +21,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from ..config import Config
+from ..config import RunOptions
 
 #: How often a worker checks that its parent is alive (the portable fallback to PR_SET_PDEATHSIG).
 PARENT_POLL_S = 1.0
@@ -36,9 +36,9 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def worker_count(config: Config) -> int:
-    """``Config.workers``, 0 meaning one per core; never more than the cores (more processes only compete)."""
-    return min(config.workers, cpu_count()) if config.workers > 0 else cpu_count()
+def worker_count(options: RunOptions) -> int:
+    """``RunOptions.workers``, 0 meaning one per core; never more than the cores (more processes only compete)."""
+    return min(options.workers, cpu_count()) if options.workers > 0 else cpu_count()
 
 
 def can_fork() -> bool:
