@@ -67,6 +67,7 @@ def test_cost_is_step_time_over_samples(tmp_path):
     assert not [f for f in plain["findings"] if "cost_per_million_samples" in f]
 
 
+@pytest.mark.slow
 def test_no_row_the_memory_outlook_says_will_not_fit():
     """On every fixture and memory capture that has a trade-off table: no row predicted not to fit, one current
     row, at most one best, and every row keeps the logical batch."""

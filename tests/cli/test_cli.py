@@ -152,6 +152,7 @@ def test_golden_text_and_json(rel, tmp_path):
     assert d == json.loads(gj.read_text())
 
 
+@pytest.mark.slow
 def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     need(DIFF_CONTROL)
     traces = tmp_path / "traces"

@@ -69,6 +69,7 @@ def test_a_busy_machine_needs_the_spread_between_runs(monkeypatch, tmp_path):
     assert [r.other_work for r in m.rounds] == [0.9, 0.9]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other_work,label", [(0.1, WITHIN_NOISE), (0.9, BUSY)])
 def test_twin_captures_are_never_slower_and_measuring_goes_on(monkeypatch, tmp_path, other_work, label):
     sources = {"baseline": [PAIRS / "big_clean", PAIRS / "s2_big_clean"],

@@ -251,6 +251,7 @@ def test_output_onto_a_folder_is_one_line_and_leaves_nothing(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["r.json"]
 
 
+@pytest.mark.slow
 def test_html_and_markdown_to_stdout(tmp_path):
     html = run_cli("report", SMALL, "--no-cache", "--html", "-")
     assert html.returncode == 0, html.stderr
@@ -291,6 +292,7 @@ def test_workers_validated_and_capped(capsys):
     assert f"--workers 100000 capped at {cpu_count()}" in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_all_runs_out_makes_the_new_folder(tmp_path):
     pytest.importorskip("matplotlib")
     folder = tmp_path / "traces"

@@ -62,6 +62,7 @@ def claims(name: str) -> dict[str, float]:
     return {c["id"]: c["us"] for c in r["claims"] if not c.get("after")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LAUNCH_BOUND)
 def test_every_launch_wait_is_claimed_once(name):
     rows = raw(name)

@@ -155,6 +155,7 @@ def test_two_real_cpu_runs(request):
 # CLI
 
 
+@pytest.mark.slow
 def test_cli_folders_and_saved_report(tmp_path, control_test, capsys):
     a, b = control_test
     saved = tmp_path / "control.json"

@@ -50,6 +50,7 @@ def test_gate_exit_codes_with_several_captures_and_a_saved_baseline(tmp_path):
     assert "regression gate" in again.stderr
 
 
+@pytest.mark.slow
 def test_the_gate_trips_on_the_work_cost_where_the_noise_across_runs_hides_the_step(tmp_path):
     f = lambda n: FIXTURES / n  # noqa: E731
     p = cli("diff", f("cpu_a"), f("cpu_b"), f("cpu_c"), "--", f("cpu_tiny"), "--fail-on-regression", "5",
@@ -69,6 +70,7 @@ def test_usage_errors_are_one_line():
     assert p.returncode == 2 and "--fail-on-regression" in p.stderr
 
 
+@pytest.mark.slow
 def test_diff_json_follows_its_schema():
     dd = diff_of(["cpu_a", "cpu_b"], ["cpu_single"])
     jsonschema.validate(json.loads(json.dumps(dd)), diff_json_schema())
@@ -82,6 +84,7 @@ def test_diff_json_follows_its_schema():
         raise AssertionError("a verdict kind outside the contract validated")
 
 
+@pytest.mark.slow
 def test_names_from_traces_are_data_in_every_page():
     dd = copy.deepcopy(diff_of(["gpu_a"], ["gpu_single"]))
     hostile = "<script>alert(1)</script>|`x`*\x1b[31m"

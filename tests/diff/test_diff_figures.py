@@ -75,6 +75,7 @@ PAIRS = [("baseline", "optimized"), ("big_baseline", "big_optimized"), ("gpu_dif
          ("public/hta_diff_control", "public/hta_diff_test")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,new", PAIRS, ids=["gpu", "gpu-big", "gpu-diff-single", "public-a100-v100"])
 def test_each_figure_is_the_reports_own_computed_again(base, new):
     dd = diff(base, new)
@@ -134,6 +135,7 @@ def test_the_public_pair_compares_mfu_and_the_job():
     assert "job samples/s" in text and "MFU" in text
 
 
+@pytest.mark.slow
 def test_peak_memory_where_recorded_and_its_reasons_where_not():
     """Two public traces recorded with profile_memory: peak allocated and reserved are the largest of the steps'
     (the report's per-step memory rows), the capacity the device's; the V100 trace has no batch, so its
@@ -191,6 +193,7 @@ def test_the_gate_compares_per_sample_where_the_samples_per_step_changed():
 CPU_MEMORY = Path(__file__).resolve().parents[2] / "fixtures" / "cpu_memory"
 
 
+@pytest.mark.slow
 def test_tokens_flops_and_host_memory_on_a_cpu_pair_of_two_batch_sizes():
     """fixtures/cpu_memory: the same transformer at batch 8 and 16 (record_shapes, profile_memory). Tokens per step
     = batch x seq_len x micro-batches from the capture metadata (read here with the standard library); peak

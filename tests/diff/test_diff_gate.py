@@ -25,6 +25,7 @@ def welch_beyond_noise(a: list[float], b: list[float]) -> bool:
     return abs(delta) > 2 * se and abs(delta) > 0.01 * statistics.fmean(a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,new", REPEAT_PAIRS, ids=lambda x: x)
 def test_gate_never_trips_on_repeats_of_an_unchanged_job(base, new):
     dd = diff_of([base], [new])
@@ -77,6 +78,7 @@ def test_machine_verdict_names_the_rate_that_changed(base, new):
         statistics.fmean(launches) * (per_launch(new) - per_launch(base)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base,new", REGRESSION_PAIRS + POOLED_PAIRS, ids=lambda x: str(x))
 def test_gate_trips_on_every_regression_that_costs_more_than_pct(base, new):
     """Against every repeat of its job, and against all of them (noise across runs): a regression whose measured

@@ -92,6 +92,7 @@ def _pair_diff(base: str, new: str) -> dict:
                      fail_on_regression=5.0)
 
 
+@pytest.mark.slow
 def test_the_h200_loader_pair_trips_and_more_workers_is_no_regression():
     """fixtures/gpu_pairs: loader_fed (8 workers) against loader_starved (none, the same transform): the step
     +170 %, once passed as "the host waited for the DataLoader longer: a machine difference"; s2_big_clean (8

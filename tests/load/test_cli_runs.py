@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from traceinspect.cli.main import main
 
 from load_helpers import PAIRS, copy_run
 
 
+@pytest.mark.slow
 def test_run_and_all_runs(tmp_path, capsys):
     folder = tmp_path / "log"
     a = copy_run(PAIRS / "small_clean", folder)

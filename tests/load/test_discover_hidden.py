@@ -79,6 +79,7 @@ def _as_other_user(args: list[str], cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_an_unreadable_sub_folder_is_one_line_and_fatal_with_strict():
     top = Path(tempfile.mkdtemp(prefix="traceinspect-test-"))  # outside the tests' private temp folder
     try:
