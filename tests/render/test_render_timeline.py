@@ -19,6 +19,7 @@ from traceinspect.run.api import analyze_path
 from public_traces import DDP_2RANK, need
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
+CPU_ONLY = FIXTURES.parent / "cpu_tradeoff" / "b32x2"
 TOLERANCE = 0.02  # of the lane: the "within a few percent" a reader can see
 
 
@@ -142,5 +143,6 @@ def test_short_events_are_said_not_widened():
 
 
 def test_no_timeline_without_gpu_events():
-    d = {"ranks": [{"rank": 0, "timeline": None, "steps": []}]}
+    d = _report(CPU_ONLY)
+    assert [r["timeline"] for r in d["ranks"]] == [None] * len(d["ranks"])
     assert plots.timeline_figure(d) is None

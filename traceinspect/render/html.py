@@ -17,7 +17,9 @@ import functools
 
 import jinja2
 
+from ..report.doc import FindingDoc, RankDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput as thr, waterfall
+from .document import as_json, report_doc
 from .vocabulary import SYNTHETIC_NOTE, breakdown, color as _color
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
@@ -48,9 +50,9 @@ def _cell(key: str, v) -> dict:
     return {"text": fmt.value(key, v)}
 
 
-def _evidence(f: dict) -> dict | None:
+def _evidence(f: FindingDoc) -> dict | None:
     """Labelled values with units: one table, headed "evidence", a column per rank (or one value column)."""
-    ev = f.get("evidence") or {}
+    ev = f.evidence
     per_rank = ev.get("per_rank")
     ranks = per_rank[:MAX_EVIDENCE_RANKS] if isinstance(per_rank, list) and per_rank and all(
         isinstance(x, dict) for x in per_rank) else None
@@ -72,16 +74,17 @@ def _evidence(f: dict) -> dict | None:
             "more": fmt.count(left, "more rank") if left else ""}
 
 
-def _finding(f: dict) -> dict:
-    at = f.get("time_at_stake_us")
-    return {"severity": f.get("severity", "info"), "id": f["id"], "title": sections.title(f),
-            "at_stake": fmt.ms(at) if at else "-", "meta": sections.finding_meta(f),
-            "notes": sections.finding_notes(f), "docs": f.get("docs"), "evidence": _evidence(f),
-            "fix": "\n".join(sections.fix_lines(f))}
+def _finding(f: FindingDoc) -> dict:
+    at, fj = f.time_at_stake_us, as_json(f)
+    return {"severity": f.severity, "id": f.id, "title": sections.title(fj),
+            "at_stake": fmt.ms(at) if at else "-", "meta": sections.finding_meta(fj),
+            "notes": sections.finding_notes(fj), "docs": f.docs, "evidence": _evidence(f),
+            "fix": "\n".join(sections.fix_lines(fj))}
 
 
-def _rank(r: dict, colors) -> dict:
-    keys = [k for k, _s, _l in breakdown(r["basis"])]
+def _rank(rank: RankDoc, colors) -> dict:
+    r = as_json(rank)
+    keys = [k for k, _s, _l in breakdown(rank.basis)]
     head = sections.step_header(r)
     swatches = [None, None] + [colors(k) for k in keys] + [None] * (len(head) - 2 - len(keys))
     rows = []
@@ -91,12 +94,12 @@ def _rank(r: dict, colors) -> dict:
         bar = [{"width": f"{100 * bd[k] / wall:.3f}", "colour": colors(k), "key": k}
                for k in keys if wall and (bd.get(k) or 0) > 0]
         rows.append({"cells": sections.step_cells(r, s), "bar": bar})
-    return {"rank": r["rank"], "title": sections.rank_title(r), "rows": rows, "notes": sections.rank_notes(r),
+    return {"rank": rank.rank, "title": sections.rank_title(r), "rows": rows, "notes": sections.rank_notes(r),
             "head": [{"text": h, "colour": c} for h, c in zip(head, swatches)]}
 
 
-def _waterfall(d: dict) -> dict | None:
-    w = waterfall.rows(d)
+def _waterfall(d: ReportDoc) -> dict | None:
+    w = waterfall.rows(as_json(d))
     if w is None:
         return None
     step = w["step_us"] or 1.0
@@ -112,10 +115,11 @@ def _waterfall(d: dict) -> dict | None:
     return {"rank": w["rank"], "bars": bars}
 
 
-def _memory(d: dict) -> list[dict]:
+def _memory(doc: ReportDoc) -> list[dict]:
     """Per rank with memory events: its headline, the per-step table, what holds the peak, the predictions."""
     from . import memory as mem
 
+    d = as_json(doc)
     missing = mem.not_recorded(d)
     out = [{"headline": f"Memory: {missing}", "tables": [], "notes": []}] if missing else []
     for r in d.get("ranks") or []:
@@ -137,15 +141,16 @@ def _memory(d: dict) -> list[dict]:
             out.append({"headline": cost or "", "tables": [{"head": mem.TRADEOFF_HEAD, "rows": rows}] if rows else [],
                         "notes": [title] if title and rows else []})
     return out
-def _throughput(d: dict) -> dict | None:
+def _throughput(d: ReportDoc) -> dict | None:
     """The throughput section: the job's line, and per rank its figures and roofline rows (``render/throughput``)."""
-    if not thr.has_any(d):
+    if not thr.has_any(as_json(d)):
         return None
-    ranks = [{"rank": r["rank"], "lines": thr.rank_lines(r), "rows": thr.roofline_rows(r)} for r in d["ranks"]]
-    return {"job": thr.job_lines(d), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
+    ranks = [{"rank": r.rank, "lines": thr.rank_lines(as_json(r)), "rows": thr.roofline_rows(as_json(r))}
+             for r in d.ranks]
+    return {"job": thr.job_lines(as_json(d)), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
 
 
-def _plots(d: dict) -> list[dict]:
+def _plots(d: ReportDoc) -> list[dict]:
     from .plots import figures, png_bytes
 
     return [{"name": name, "alt": f"{name.replace('_', ' ')} plot", "caption": _FIGURE_CAPTIONS.get(name, ""),
@@ -159,29 +164,28 @@ def _template():
     return env.get_template("report.html.j2")
 
 
-def render_html(d: dict) -> str:
+def render_html(doc: ReportDoc | dict) -> str:
     """The page, from the document alone."""
-    n = d.get("ranks_analyzed", len(d.get("ranks", [])))
-    world = d.get("world_size")
-    findings = d.get("findings") or []
-    util = [(r["rank"], sections.utilization(r)) for r in d.get("ranks") or []]
+    d = report_doc(doc)
+    n, world, findings, dj = d.ranks_analyzed, d.world_size, d.findings, as_json(d)
+    util = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
     return _template().render(
-        source=sections.source(d),
+        source=sections.source(dj),
         analyzed=f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""),
-        runs=[line.strip() for line in sections.runs_lines(d)],
-        top=findings[0]["severity"] if findings else "ok",
-        verdict=sections.verdict(d),
-        communication=sections.communication(d) or "",
+        runs=[line.strip() for line in sections.runs_lines(dj)],
+        top=findings[0].severity if findings else "ok",
+        verdict=sections.verdict(dj),
+        communication=sections.communication(dj) or "",
         waterfall=_waterfall(d),
         findings=[_finding(f) for f in findings],
         plots=_plots(d),
-        ranks=[_rank(r, _color) for r in d.get("ranks") or []],
-        synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(d) else "",
-        missing_ranks=fmt.ranges(d["missing_ranks"]) if d.get("missing_ranks") else "",
+        ranks=[_rank(r, _color) for r in d.ranks],
+        synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(dj) else "",
+        missing_ranks=fmt.ranges(d.missing_ranks) if d.missing_ranks else "",
         utilization=[(rk, u) for rk, u in util if u],
         memory=_memory(d),
         throughput=_throughput(d),
-        skipped=[(safe.path(s["file"]), safe.path(s["reason"])) for s in d.get("skipped") or []],
-        errors=sections.errors(d),
-        schema=d.get("schema"),
+        skipped=[(safe.path(s.file), safe.path(s.reason)) for s in d.skipped],
+        errors=sections.errors(dj),
+        schema=d.schema,
     )

@@ -8,7 +8,9 @@ and ``# heading``, a pipe or backticks shows as written and cannot add a heading
 
 from __future__ import annotations
 
+from ..report.doc import FindingDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput, waterfall
+from .document import as_json, report_doc
 
 md = safe.markdown
 code = safe.code_span
@@ -26,8 +28,8 @@ def table(head: list[str], rows: list[list[str]], aligns: list[str] | None = Non
     return _table([cell(h) for h in head], [[cell(c) for c in row] for row in rows], aligns)
 
 
-def waterfall_lines(d: dict) -> list[str]:
-    w = waterfall.rows(d)
+def waterfall_lines(d: ReportDoc) -> list[str]:
+    w = waterfall.rows(as_json(d))
     if w is None:
         return []
     rows = [["measured step", fmt.ms(w["step_us"]), ""]]
@@ -45,8 +47,9 @@ def _table(head: list[str], rows: list[list[str]], aligns: list[str]) -> list[st
         "| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
-def finding_lines(f: dict) -> list[str]:
-    out = [f"### {code(f['id'])} ({md(f['severity'])}): {md(sections.title(f))}", "",
+def finding_lines(finding: FindingDoc) -> list[str]:
+    f = as_json(finding)
+    out = [f"### {code(finding.id)} ({md(finding.severity)}): {md(sections.title(f))}", "",
            md(sections.finding_meta(f).capitalize() + "."), ""]
     notes = sections.finding_notes(f)
     out += [f"*{md(n)}*" for n in notes] + ([""] if notes else [])
@@ -61,12 +64,12 @@ def finding_lines(f: dict) -> list[str]:
     return out + ["Fix:", ""] + safe.code_fence(sections.fix_lines(f), "python") + [""]
 
 
-def _memory(d: dict) -> list[str]:
+def _memory(d: ReportDoc) -> list[str]:
     from . import memory as mem
 
-    ranks = [(r, mem.headline(r)) for r in d["ranks"]]
+    ranks = [(r, mem.headline(r)) for r in as_json(d)["ranks"]]
     ranks = [(r, h) for r, h in ranks if h]
-    missing = mem.not_recorded(d)
+    missing = mem.not_recorded(as_json(d))
     if missing:
         return ["## Memory", "", md(missing), ""]
     if not ranks:
@@ -85,11 +88,12 @@ def _memory(d: dict) -> list[str]:
     return out
 
 
-def _cost(d: dict) -> list[str]:
+def _cost(d: ReportDoc) -> list[str]:
     from . import memory as mem
 
-    costs = [c for c in (mem.cost_line(r) for r in d["ranks"]) if c]
-    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d["ranks"]]
+    ranks = as_json(d)["ranks"]
+    costs = [c for c in (mem.cost_line(r) for r in ranks) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in ranks]
     tables = [(t, rows) for t, rows in tables if t and rows]
     if not costs and not tables:
         return []
@@ -99,62 +103,64 @@ def _cost(d: dict) -> list[str]:
     return out
 
 
-def render_markdown(d: dict, plots: list[str] | None = None) -> str:
+def render_markdown(doc: ReportDoc | dict, plots: list[str] | None = None) -> str:
     """The report as Markdown; ``plots``: PNG file names beside the .md file to show after the findings' summary."""
-    n = d.get("ranks_analyzed", len(d["ranks"]))
-    world = d.get("world_size")
-    out = ["# traceinspect report", "", f"Source: {code(sections.source(d))}", "",
+    d = report_doc(doc)
+    n, world, dj = d.ranks_analyzed, d.world_size, as_json(d)
+    out = ["# traceinspect report", "", f"Source: {code(sections.source(dj))}", "",
            f"{n} of {world or n} ranks analyzed." + (f" World size {world}." if world else ""), ""]
-    runs = sections.runs_lines(d)
+    runs = sections.runs_lines(dj)
     if runs:
         out += ["Runs: " + md(runs[0]), ""] + [f"- {md(line.strip())}" for line in runs[1:]] + ([""] if runs[1:] else [])
-    out += [f"**Verdict:** {md(sections.verdict(d))}", ""]
-    if sections.communication(d):
-        out += [f"Communication: {md(sections.communication(d))}", ""]
+    out += [f"**Verdict:** {md(sections.verdict(dj))}", ""]
+    if sections.communication(dj):
+        out += [f"Communication: {md(sections.communication(dj))}", ""]
     out += waterfall_lines(d)
     if plots:
         out += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots] + [""]
-    out += [f"## Findings ({len(d['findings'])})", ""]
-    if not d["findings"]:
+    out += [f"## Findings ({len(d.findings)})", ""]
+    if not d.findings:
         out += ["No problems found.", ""]
-    for f in d["findings"]:
+    for f in d.findings:
         out += finding_lines(f)
     out += ["## Ranks and steps", ""]
-    for r in d["ranks"]:
+    for rank in d.ranks:
+        r = as_json(rank)
         out += [f"### {md(sections.rank_title(r))}", ""]
         out += table(sections.step_header(r), [sections.step_cells(r, s) for s in sections.shown_steps(r["steps"])])
         for note in sections.rank_notes(r):
             out += [md(note), ""]
-    out += [md(x) for x in sections.footnotes(d)] + ([""] if sections.footnotes(d) else [])
-    if d.get("missing_ranks"):
-        out += [f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", ""]
+    out += [md(x) for x in sections.footnotes(dj)] + ([""] if sections.footnotes(dj) else [])
+    if d.missing_ranks:
+        out += [f"Missing ranks (no usable trace file): {fmt.ranges(d.missing_ranks)}", ""]
     out += throughput_lines(d)
-    util = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
+    util = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
     util = [(rk, u) for rk, u in util if u]
     if util:
         out += ["## nvidia-smi view", "", "What GPU-Util would have shown (docs/utilization.md).", ""]
         out += [f"- rank {rk}: {md(u)}" for rk, u in util] + [""]
     out += _memory(d)
     out += _cost(d)
-    if d.get("errors"):
-        out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(d)] + [""]
-    if d["skipped"]:
-        out += [f"## Skipped files ({len(d['skipped'])})", ""]
-        out += [f"- {code(safe.path(s['file']))}: {md(safe.path(s['reason']))}" for s in d["skipped"]] + [""]
+    if d.errors:
+        out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(dj)] + [""]
+    if d.skipped:
+        out += [f"## Skipped files ({len(d.skipped)})", ""]
+        out += [f"- {code(safe.path(s.file))}: {md(safe.path(s.reason))}" for s in d.skipped] + [""]
     return "\n".join(out)
 
 
-def throughput_lines(d: dict) -> list[str]:
+def throughput_lines(d: ReportDoc) -> list[str]:
     """The throughput section: the job's and each rank's figures, and each rank's roofline table."""
-    if not throughput.has_any(d):
+    dj = as_json(d)
+    if not throughput.has_any(dj):
         return []
     out = ["## Throughput, FLOPs and MFU", "", "Definitions: docs/metrics.md.", ""]
-    out += [f"- {md(line)}" for line in throughput.job_lines(d)] + ([""] if throughput.job_lines(d) else [])
-    for r in d["ranks"]:
-        lines = throughput.rank_lines(r)
+    out += [f"- {md(line)}" for line in throughput.job_lines(dj)] + ([""] if throughput.job_lines(dj) else [])
+    for r in d.ranks:
+        lines = throughput.rank_lines(as_json(r))
         if lines:
-            out += [f"Rank {r['rank']}:", ""] + [f"- {md(line)}" for line in lines] + [""]
-        rows = throughput.roofline_rows(r)
+            out += [f"Rank {r.rank}:", ""] + [f"- {md(line)}" for line in lines] + [""]
+        rows = throughput.roofline_rows(as_json(r))
         if rows:
             out += table(throughput.ROOFLINE_HEAD, rows, ["---"] * 3 + ["---:"] * (len(throughput.ROOFLINE_HEAD) - 3))
     return out

@@ -18,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import format as fmt, layout, safe, sections, throughput, waterfall
+from ..report.doc import RankDoc, ReportDoc
+from .document import as_json, report_doc
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -61,10 +63,11 @@ def code(console: Console, lines: list[str], indent: int, style: str = "") -> No
         console.print(plain(" " * indent + line, style), soft_wrap=True)
 
 
-def _step_tables(r: dict, width: int) -> list[Table]:
+def _step_tables(r: RankDoc, width: int) -> list[Table]:
     """The rank's step table; split into groups of columns (each with the step column) when wider than ``width``."""
-    head = sections.step_header(r)
-    rows = [sections.step_cells(r, s) for s in shown_steps(r["steps"])]
+    rj = as_json(r)
+    head = sections.step_header(rj)
+    rows = [sections.step_cells(rj, s) for s in shown_steps(rj["steps"])]
     widths = [max([cell_len(h)] + [cell_len(row[i]) for row in rows]) + (1 if i else 0) for i, h in enumerate(head)]
     tables = []
     for group in layout.column_groups(widths, width):
@@ -77,8 +80,8 @@ def _step_tables(r: dict, width: int) -> list[Table]:
     return tables
 
 
-def _waterfall(d: dict, console: Console) -> None:
-    w = waterfall.rows(d)
+def _waterfall(d: ReportDoc, console: Console) -> None:
+    w = waterfall.rows(as_json(d))
     if w is None:
         return
     console.print()
@@ -88,17 +91,18 @@ def _waterfall(d: dict, console: Console) -> None:
         say(console, line, indent=2, hang=4)
 
 
-def _findings(d: dict, console: Console) -> None:
+def _findings(d: ReportDoc, console: Console) -> None:
     console.print()
-    if not d["findings"]:
+    if not d.findings:
         console.print(Text("No problems found.", style="bold green"))
         return
-    console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
+    console.print(Text(f"Findings ({len(d.findings)})", style="bold"))
     shortened = False
-    for f in d["findings"]:
+    for finding in d.findings:
+        f = as_json(finding)
         head = Text()
-        head.append(plain(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], "")))
-        head.append(plain(f"{f['id']}: ", style="bold"))
+        head.append(plain(f"[{finding.severity}] ", style=SEV_STYLE.get(finding.severity, "")))
+        head.append(plain(f"{finding.id}: ", style="bold"))
         head.append(plain(sections.title(f)))
         say(console, head)
         say(console, sections.finding_meta(f), indent=2)
@@ -115,41 +119,41 @@ def _findings(d: dict, console: Console) -> None:
                      "whole)", style="dim")
 
 
-def _ranks(d: dict, console: Console) -> None:
-    for r in d["ranks"]:
+def _ranks(d: ReportDoc, console: Console) -> None:
+    for r in d.ranks:
         console.print()
-        say(console, sections.rank_title(r), style="bold")
+        say(console, sections.rank_title(as_json(r)), style="bold")
         for t in _step_tables(r, console.width):
             console.print(t)
-        for note in sections.rank_notes(r):
+        for note in sections.rank_notes(as_json(r)):
             say(console, note, style="dim")
-    for note in sections.footnotes(d):
+    for note in sections.footnotes(as_json(d)):
         say(console, note, style="dim")
-    if d.get("missing_ranks"):
+    if d.missing_ranks:
         console.print()
-        say(console, f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold")
+        say(console, f"Missing ranks (no usable trace file): {fmt.ranges(d.missing_ranks)}", style="bold")
 
 
-def _throughput(d: dict, console: Console) -> None:
-    if not throughput.has_any(d):
+def _throughput(d: ReportDoc, console: Console) -> None:
+    if not throughput.has_any(as_json(d)):
         return
     console.print()
     console.print(plain("Throughput, FLOPs and MFU (docs/metrics.md)", style="bold"))
-    for line in throughput.job_lines(d):
+    for line in throughput.job_lines(as_json(d)):
         say(console, line, indent=2)
-    for r in d["ranks"]:
-        lines = throughput.rank_lines(r)
+    for r in d.ranks:
+        lines = throughput.rank_lines(as_json(r))
         if lines:
-            say(console, f"rank {r['rank']}:", indent=2)
+            say(console, f"rank {r.rank}:", indent=2)
             for line in lines:
                 say(console, line, indent=4)
-        rows = throughput.roofline_rows(r)
+        rows = throughput.roofline_rows(as_json(r))
         if rows:  # split into groups of columns where too wide; the JSON has every figure
             _tables(console, throughput.ROOFLINE_HEAD, rows, left=3, indent=0)
 
 
-def _utilization(d: dict, console: Console) -> None:
-    lines = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
+def _utilization(d: ReportDoc, console: Console) -> None:
+    lines = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
     lines = [(rk, u) for rk, u in lines if u]
     if not lines:
         return
@@ -172,12 +176,12 @@ def _tables(console: Console, head: list[str], rows: list[list[str]], left: int 
         console.print(t)
 
 
-def _memory(d: dict, console: Console) -> None:
+def _memory(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    lines = [(r, mem.headline(r)) for r in d["ranks"]]
+    lines = [(r, mem.headline(r)) for r in as_json(d)["ranks"]]
     lines = [(r, h) for r, h in lines if h]
-    missing = mem.not_recorded(d)
+    missing = mem.not_recorded(as_json(d))
     if missing:
         console.print()
         say(console, f"Memory: {missing}", style="dim")
@@ -199,11 +203,12 @@ def _memory(d: dict, console: Console) -> None:
                 say(console, n, indent=2, style="dim")
 
 
-def _cost(d: dict, console: Console) -> None:
+def _cost(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    costs = [c for c in (mem.cost_line(r) for r in d["ranks"]) if c]
-    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d["ranks"]]
+    ranks = as_json(d)["ranks"]
+    costs = [c for c in (mem.cost_line(r) for r in ranks) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in ranks]
     tables = [(t, rows) for t, rows in tables if t and rows]
     if not costs and not tables:
         return
@@ -216,16 +221,15 @@ def _cost(d: dict, console: Console) -> None:
         _tables(console, mem.TRADEOFF_HEAD, rows)
 
 
-def render(d: dict, console: Console) -> None:
-    n = d.get("ranks_analyzed", len(d["ranks"]))
-    world = d.get("world_size")
-    say(console, f"traceinspect report: {sections.source(d)}", style="bold")
+def render(d: ReportDoc, console: Console) -> None:
+    n, world, dj = d.ranks_analyzed, d.world_size, as_json(d)
+    say(console, f"traceinspect report: {sections.source(dj)}", style="bold")
     say(console, f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
-    for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
+    for line in sections.runs_lines(dj):  # several runs, windows or copies in the folder (docs/folders.md)
         say(console, line.strip(), indent=len(line) - len(line.lstrip()))
-    say(console, "Verdict: " + verdict(d), style="bold")
-    if sections.communication(d):
-        say(console, "Communication: " + sections.communication(d))
+    say(console, "Verdict: " + verdict(dj), style="bold")
+    if sections.communication(dj):
+        say(console, "Communication: " + sections.communication(dj))
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)
@@ -233,22 +237,22 @@ def render(d: dict, console: Console) -> None:
     _utilization(d, console)
     _memory(d, console)
     _cost(d, console)
-    if d.get("errors"):
+    if d.errors:
         console.print()
-        for e in sections.errors(d):
+        for e in sections.errors(dj):
             say(console, f"analysis error: {e}", style="red")
-    if d["skipped"]:
+    if d.skipped:
         console.print()
-        say(console, f"Skipped files ({len(d['skipped'])})", style="bold")
-        for line in sections.skipped(d):
+        say(console, f"Skipped files ({len(d.skipped)})", style="bold")
+        for line in sections.skipped(dj):
             say(console, line, indent=2, hang=4)
 
 
-def render_text(d: dict, width: int = 120, color: bool = False) -> str:
+def render_text(doc: ReportDoc | dict, width: int = 120, color: bool = False) -> str:
     """The terminal report in ``width`` columns: prose wrapped at spaces, the step table split into groups of
     columns, the waterfall's bars scaled, fix code broken only where Python allows (``layout``)."""
     buf = io.StringIO()
-    render(d, console_for(buf, width, color))
+    render(report_doc(doc), console_for(buf, width, color))
     return buf.getvalue()
 
 
