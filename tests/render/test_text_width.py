@@ -16,6 +16,7 @@ from rich.cells import cell_len
 
 from traceinspect.render import safe, sections, waterfall
 from traceinspect.render.text import render_text
+from traceinspect.report.doc import from_dict
 
 from fixture_reports import FOLDERS, ROOT, folder_id, report
 
@@ -54,7 +55,7 @@ def same_code(printed: list[str], fix: list[str]) -> bool:
 @pytest.mark.parametrize("folder", FOLDERS, ids=folder_id)
 def test_report_fits_80_100_120_columns(folder):
     d = report(folder)
-    w = waterfall.rows(d)
+    w = waterfall.rows(from_dict(d))
     for width in WIDTHS:
         text = render_text(d, width=width)
         long = [x for x in text.splitlines() if cell_len(x) > width]
@@ -69,16 +70,16 @@ def test_report_fits_80_100_120_columns(folder):
                 assert "".join(line.split()) in squeezed, (width, f["id"], line[:120])
         assert ("ends a name or value shortened here" in text) == (safe.ELLIPSIS in text.replace(
             f"({safe.ELLIPSIS} ends a name", ""))
-        if w and w["claims"]:
+        if w and w.claims:
             bars = [x for x in text.splitlines() if waterfall.BAR in x]
             full = bars[0].count(waterfall.BAR)
-            assert 12 <= full <= 40 and (full == 40 or width < 120 or len(w["claims"]) == 0)
-            for line, c in zip(bars[1:], w["claims"]):  # to scale, whatever the width
-                assert line.count(waterfall.BAR) == pytest.approx(full * c["us"] / w["step_us"], abs=1.01)
+            assert 12 <= full <= 40 and (full == 40 or width < 120 or len(w.claims) == 0)
+            for line, c in zip(bars[1:], w.claims):  # to scale, whatever the width
+                assert line.count(waterfall.BAR) == pytest.approx(full * c.us / w.step_us, abs=1.01)
 
 
 def test_narrow_waterfall_puts_labels_on_their_own_lines():
-    w = waterfall.rows(report(BIG))
+    w = waterfall.rows(from_dict(report(BIG)))
     lines = waterfall.bar_lines(w, columns=38)
     assert all(len(x) <= 38 for x in lines if waterfall.BAR in x)
     assert lines[0] == "measured step" and lines[1].count(waterfall.BAR) == 24

@@ -99,20 +99,20 @@ def _rank(rank: RankDoc, colors) -> dict:
 
 
 def _waterfall(d: ReportDoc) -> dict | None:
-    w = waterfall.rows(as_json(d))
+    w = waterfall.rows(d)
     if w is None:
         return None
-    step = w["step_us"] or 1.0
+    step = w.step_us or 1.0
 
     def bar(lo: float, hi: float, colour: str, value: str, **names) -> dict:
         return {"left": f"{100 * lo / step:.3f}", "width": f"{max(100 * (hi - lo) / step, 0.2):.3f}",
                 "colour": colour, "value": value, "id": None, "after": None, "label": "", **names}
 
-    bars = [bar(0, w["step_us"], "#5F6368", fmt.ms(w["step_us"]), label="measured step")]
-    bars += [bar(c["from_us"] - c["us"], c["from_us"], waterfall.SEVERITY_COLORS.get(c["severity"], "#0B57D0"),
-                 fmt.signed_ms(-c["us"]), id=c["id"], after=c.get("after")) for c in w["claims"]]
-    bars.append(bar(0, w["projected_step_us"], "#137333", fmt.ms(w["projected_step_us"]), label="projected step"))
-    return {"rank": w["rank"], "bars": bars}
+    bars = [bar(0, w.step_us, "#5F6368", fmt.ms(w.step_us), label="measured step")]
+    bars += [bar(c.from_us - c.us, c.from_us, waterfall.SEVERITY_COLORS.get(c.severity, "#0B57D0"),
+                 fmt.signed_ms(-c.us), id=c.id, after=c.after) for c in w.claims]
+    bars.append(bar(0, w.projected_step_us, "#137333", fmt.ms(w.projected_step_us), label="projected step"))
+    return {"rank": w.rank, "bars": bars}
 
 
 def _memory(doc: ReportDoc) -> list[dict]:

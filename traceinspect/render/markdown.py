@@ -29,14 +29,14 @@ def table(head: list[str], rows: list[list[str]], aligns: list[str] | None = Non
 
 
 def waterfall_lines(d: ReportDoc) -> list[str]:
-    w = waterfall.rows(as_json(d))
+    w = waterfall.rows(d)
     if w is None:
         return []
-    rows = [["measured step", fmt.ms(w["step_us"]), ""]]
-    rows += [[code(c["id"]) + (f" after {code(c['after'])}" if c.get("after") else ""),
-              fmt.signed_ms(-c["us"]), cell(safe.words(c["title"]))] for c in w["claims"]]
-    rows += [["projected step", fmt.ms(w["projected_step_us"]), "every finding above fixed"]]
-    head = [f"## Where the step could go (rank {w['rank']})", ""]
+    rows = [["measured step", fmt.ms(w.step_us), ""]]
+    rows += [[code(c.id) + (f" after {code(c.after)}" if c.after else ""),
+              fmt.signed_ms(-c.us), cell(safe.words(c.title))] for c in w.claims]
+    rows += [["projected step", fmt.ms(w.projected_step_us), "every finding above fixed"]]
+    head = [f"## Where the step could go (rank {w.rank})", ""]
     return (head + _table(["", "per step", "finding"], rows, ["---", "---:", "---"])
             + safe.code_fence([safe.visible(x) for x in waterfall.bar_lines(w)], "text") + [""])
 

@@ -156,7 +156,7 @@ def timeline_figure(d: ReportDoc | dict, rank: int | None = None) -> Figure | No
 
 def waterfall_figure(d: ReportDoc | dict) -> Figure | None:
     """Measured step -> each finding's claimed time -> projected step (``waterfall``); None without claims."""
-    return waterfall.figure(as_json(report_doc(d)), _new_figure)
+    return waterfall.figure(report_doc(d), _new_figure)
 
 
 # ----------------------------------------------------------------------------------------------------------------

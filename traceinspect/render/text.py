@@ -81,11 +81,11 @@ def _step_tables(r: RankDoc, width: int) -> list[Table]:
 
 
 def _waterfall(d: ReportDoc, console: Console) -> None:
-    w = waterfall.rows(as_json(d))
+    w = waterfall.rows(d)
     if w is None:
         return
     console.print()
-    say(console, f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
+    say(console, f"Where the step could go (rank {w.rank}): the measured step, each finding's claimed time, "
                  "the projected step", style="bold")
     for line in waterfall.bar_lines(w, columns=console.width - 2):
         say(console, line, indent=2, hang=4)
