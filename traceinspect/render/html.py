@@ -19,7 +19,7 @@ import jinja2
 
 from ..report.doc import FindingDoc, RankDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput as thr, waterfall
-from .document import as_json, report_doc
+from .document import as_json, given, report_doc
 from .vocabulary import SYNTHETIC_NOTE, breakdown, color as _color
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
@@ -115,27 +115,26 @@ def _waterfall(d: ReportDoc) -> dict | None:
     return {"rank": w.rank, "bars": bars}
 
 
-def _memory(doc: ReportDoc) -> list[dict]:
+def _memory(d: ReportDoc) -> list[dict]:
     """Per rank with memory events: its headline, the per-step table, what holds the peak, the predictions."""
     from . import memory as mem
 
-    d = as_json(doc)
     missing = mem.not_recorded(d)
     out = [{"headline": f"Memory: {missing}", "tables": [], "notes": []}] if missing else []
-    for r in d.get("ranks") or []:
-        m = r.get("memory")
+    for r in d.ranks:
+        m = given(r.memory)
         line = mem.headline(r)
         if not line or missing:
             continue
         tables = []
-        if m:
+        if m is not None:
             tables = [{"head": mem.STEP_HEAD, "rows": mem.step_rows(m)},
                       {"head": mem.HOLDER_HEAD, "rows": mem.holder_rows(m)}]
-            if m.get("predicted"):
+            if m.predicted:
                 tables.append({"head": mem.PREDICT_HEAD, "rows": mem.predict_rows(m)})
         notes = [x for x in (mem.accumulation_line(m) if m else None, mem.note(m) if m else None) if x]
         out.append({"headline": line, "tables": tables, "notes": notes})
-    for r in d.get("ranks") or []:  # cost and the trade-off table
+    for r in d.ranks:  # cost and the trade-off table
         title, rows, cost = mem.tradeoff_title(r), mem.tradeoff_rows(r), mem.cost_line(r)
         if cost or (title and rows):
             out.append({"headline": cost or "", "tables": [{"head": mem.TRADEOFF_HEAD, "rows": rows}] if rows else [],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..report.doc import FindingDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput, waterfall
-from .document import as_json, report_doc
+from .document import as_json, given, report_doc
 
 md = safe.markdown
 code = safe.code_span
@@ -67,9 +67,9 @@ def finding_lines(finding: FindingDoc) -> list[str]:
 def _memory(d: ReportDoc) -> list[str]:
     from . import memory as mem
 
-    ranks = [(r, mem.headline(r)) for r in as_json(d)["ranks"]]
+    ranks = [(r, mem.headline(r)) for r in d.ranks]
     ranks = [(r, h) for r, h in ranks if h]
-    missing = mem.not_recorded(as_json(d))
+    missing = mem.not_recorded(d)
     if missing:
         return ["## Memory", "", md(missing), ""]
     if not ranks:
@@ -77,8 +77,8 @@ def _memory(d: ReportDoc) -> list[str]:
     out = ["## Memory", ""]
     for r, h in ranks:
         out += [md(h), ""]
-        m = r.get("memory")
-        if not m:
+        m = given(r.memory)
+        if m is None:
             continue
         for head, rows in ((mem.STEP_HEAD, mem.step_rows(m)), (mem.HOLDER_HEAD, mem.holder_rows(m)),
                            (mem.PREDICT_HEAD, mem.predict_rows(m))):
@@ -91,9 +91,8 @@ def _memory(d: ReportDoc) -> list[str]:
 def _cost(d: ReportDoc) -> list[str]:
     from . import memory as mem
 
-    ranks = as_json(d)["ranks"]
-    costs = [c for c in (mem.cost_line(r) for r in ranks) if c]
-    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in ranks]
+    costs = [c for c in (mem.cost_line(r) for r in d.ranks) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d.ranks]
     tables = [(t, rows) for t, rows in tables if t and rows]
     if not costs and not tables:
         return []

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import format as fmt, layout, safe, sections, throughput, waterfall
 from ..report.doc import RankDoc, ReportDoc
-from .document import as_json, report_doc
+from .document import as_json, given, report_doc
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -179,9 +179,9 @@ def _tables(console: Console, head: list[str], rows: list[list[str]], left: int 
 def _memory(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    lines = [(r, mem.headline(r)) for r in as_json(d)["ranks"]]
+    lines = [(r, mem.headline(r)) for r in d.ranks]
     lines = [(r, h) for r, h in lines if h]
-    missing = mem.not_recorded(as_json(d))
+    missing = mem.not_recorded(d)
     if missing:
         console.print()
         say(console, f"Memory: {missing}", style="dim")
@@ -191,8 +191,8 @@ def _memory(d: ReportDoc, console: Console) -> None:
     say(console, "Memory (docs/memory.md)", style="bold")
     for r, h in lines:
         say(console, h, indent=2)
-        m = r.get("memory")
-        if not m:
+        m = given(r.memory)
+        if m is None:
             continue
         for head, rows, left in ((mem.STEP_HEAD, mem.step_rows(m), 1), (mem.HOLDER_HEAD, mem.holder_rows(m, 6), 3),
                                  (mem.PREDICT_HEAD, mem.predict_rows(m), 1)):
@@ -206,9 +206,8 @@ def _memory(d: ReportDoc, console: Console) -> None:
 def _cost(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    ranks = as_json(d)["ranks"]
-    costs = [c for c in (mem.cost_line(r) for r in ranks) if c]
-    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in ranks]
+    costs = [c for c in (mem.cost_line(r) for r in d.ranks) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d.ranks]
     tables = [(t, rows) for t, rows in tables if t and rows]
     if not costs and not tables:
         return
