@@ -142,11 +142,10 @@ def _memory(d: ReportDoc) -> list[dict]:
     return out
 def _throughput(d: ReportDoc) -> dict | None:
     """The throughput section: the job's line, and per rank its figures and roofline rows (``render/throughput``)."""
-    if not thr.has_any(as_json(d)):
+    if not thr.has_any(d):
         return None
-    ranks = [{"rank": r.rank, "lines": thr.rank_lines(as_json(r)), "rows": thr.roofline_rows(as_json(r))}
-             for r in d.ranks]
-    return {"job": thr.job_lines(as_json(d)), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
+    ranks = [{"rank": r.rank, "lines": thr.rank_lines(r), "rows": thr.roofline_rows(r)} for r in d.ranks]
+    return {"job": thr.job_lines(d), "head": thr.ROOFLINE_HEAD, "ranks": [x for x in ranks if x["lines"]]}
 
 
 def _plots(d: ReportDoc) -> list[dict]:

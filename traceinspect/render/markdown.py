@@ -150,16 +150,15 @@ def render_markdown(doc: ReportDoc | dict, plots: list[str] | None = None) -> st
 
 def throughput_lines(d: ReportDoc) -> list[str]:
     """The throughput section: the job's and each rank's figures, and each rank's roofline table."""
-    dj = as_json(d)
-    if not throughput.has_any(dj):
+    if not throughput.has_any(d):
         return []
     out = ["## Throughput, FLOPs and MFU", "", "Definitions: docs/metrics.md.", ""]
-    out += [f"- {md(line)}" for line in throughput.job_lines(dj)] + ([""] if throughput.job_lines(dj) else [])
+    out += [f"- {md(line)}" for line in throughput.job_lines(d)] + ([""] if throughput.job_lines(d) else [])
     for r in d.ranks:
-        lines = throughput.rank_lines(as_json(r))
+        lines = throughput.rank_lines(r)
         if lines:
             out += [f"Rank {r.rank}:", ""] + [f"- {md(line)}" for line in lines] + [""]
-        rows = throughput.roofline_rows(as_json(r))
+        rows = throughput.roofline_rows(r)
         if rows:
             out += table(throughput.ROOFLINE_HEAD, rows, ["---"] * 3 + ["---:"] * (len(throughput.ROOFLINE_HEAD) - 3))
     return out

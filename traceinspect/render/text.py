@@ -135,19 +135,19 @@ def _ranks(d: ReportDoc, console: Console) -> None:
 
 
 def _throughput(d: ReportDoc, console: Console) -> None:
-    if not throughput.has_any(as_json(d)):
+    if not throughput.has_any(d):
         return
     console.print()
     console.print(plain("Throughput, FLOPs and MFU (docs/metrics.md)", style="bold"))
-    for line in throughput.job_lines(as_json(d)):
+    for line in throughput.job_lines(d):
         say(console, line, indent=2)
     for r in d.ranks:
-        lines = throughput.rank_lines(as_json(r))
+        lines = throughput.rank_lines(r)
         if lines:
             say(console, f"rank {r.rank}:", indent=2)
             for line in lines:
                 say(console, line, indent=4)
-        rows = throughput.roofline_rows(as_json(r))
+        rows = throughput.roofline_rows(r)
         if rows:  # split into groups of columns where too wide; the JSON has every figure
             _tables(console, throughput.ROOFLINE_HEAD, rows, left=3, indent=0)
 
