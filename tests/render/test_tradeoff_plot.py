@@ -15,6 +15,7 @@ from public_traces import PUBLIC, need, only_file, raw_events
 
 from traceinspect.render import plots, tradeoff_plot
 from traceinspect.render.html import render_html
+from traceinspect.report.doc import from_dict
 
 BIG = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "big_baseline"
 MI300 = PUBLIC / "tracelens_mi300_memory"
@@ -93,7 +94,7 @@ def test_the_capacity_line_where_the_peaks_come_near_it():
     d = copy.deepcopy(report(str(MI300)))
     m = d["ranks"][0]["memory"]
     m["capacity_bytes"] = 2 * max(o["peak_bytes"] for o in d["ranks"][0]["tradeoff"])
-    fig = tradeoff_plot.figure(d, plots._new_figure)
+    fig = tradeoff_plot.figure(from_dict(d), plots._new_figure)
     (line,) = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "capacity"]
     assert line.get_ydata()[0] == pytest.approx(m["capacity_bytes"] / 1e9)
 
@@ -103,6 +104,6 @@ def test_no_plot_without_a_tradeoff_table_and_in_the_html_where_there_is_one():
     d = report(str(V100))  # no batch size recorded: no trade-off table
     assert not any(r.get("tradeoff") for r in d["ranks"])
     assert "tradeoff" not in plots.figures(d)
-    assert tradeoff_plot.figure({"ranks": []}, plots._new_figure) is None
+    assert tradeoff_plot.figure(from_dict(d), plots._new_figure) is None
     page = render_html(report(str(BIG)))
     assert "id='plot-tradeoff'" in page and "The logical batch as physical batch x accumulation steps" in page

@@ -25,7 +25,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from . import format as fmt, safe, timeline_plot, tradeoff_plot, vocabulary, waterfall
 from ..report.doc import RankDoc, ReportDoc
-from .document import as_json, given, report_doc
+from .document import given, report_doc
 from .vocabulary import PALETTE, LABELS, color, label
 
 DPI = 120
@@ -151,7 +151,7 @@ def step_breakdown_figure(d: ReportDoc | dict) -> Figure | None:
 
 def timeline_figure(d: ReportDoc | dict, rank: int | None = None) -> Figure | None:
     """One step's GPU activity at true scale (``timeline_plot``); None when no rank has a timeline."""
-    return timeline_plot.figure(as_json(report_doc(d)), rank, _new_figure)
+    return timeline_plot.figure(report_doc(d), rank, _new_figure)
 
 
 def waterfall_figure(d: ReportDoc | dict) -> Figure | None:
@@ -366,7 +366,7 @@ def ranks_figure(d: ReportDoc | dict) -> Figure | None:
 def tradeoff_figure(d: ReportDoc | dict) -> Figure | None:
     """Time per logical batch and peak memory across the batch x accumulation options, the device's capacity, the
     current and best rows marked (``tradeoff_plot``); None without a trade-off table."""
-    return tradeoff_plot.figure(as_json(report_doc(d)), _new_figure)
+    return tradeoff_plot.figure(report_doc(d), _new_figure)
 
 
 # ----------------------------------------------------------------------------------------------------------------
