@@ -52,12 +52,15 @@ def test_a_real_finding_is_shown_in_its_declared_units():
     """The pageable-memcpy finding of a real H200 capture: copies as a count, bytes in MB, time in ms."""
     import json
 
+    from msgspec import convert
+
     from traceinspect.render import sections
+    from traceinspect.report.doc import FindingDoc
 
     d = json.loads((ROOT / "tests" / "golden" / "fixtures" / "gpu" / "big_baseline.json").read_text())
     f = next(f for f in d["findings"] if f["id"] == "pageable-memcpy")
     assert fmt.units_of(f)["pageable_copies_per_step"] == ""
-    lines = dict(line.split(": ", 1) for line in sections.evidence_lines(f) if ": " in line)
+    lines = dict(line.split(": ", 1) for line in sections.evidence_lines(convert(f, FindingDoc)) if ": " in line)
     ev = f["evidence"]["per_rank"][0]
     assert lines["pageable copies per step"] == fmt.number(ev["pageable_copies_per_step"])
     assert lines["pageable H2D per step"] == fmt.mb(ev["pageable_h2d_bytes_per_step"])

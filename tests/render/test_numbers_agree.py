@@ -11,10 +11,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from msgspec import convert
 
 from traceinspect.config import Config
 from traceinspect.render import format as fmt, sections, waterfall
-from traceinspect.report.doc import from_dict
+from traceinspect.report.doc import FindingDoc, from_dict
 from traceinspect.run import report_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_every_number_shown_twice_agrees(folder):
     by_id = {f["id"]: f for f in d["findings"]}
     for c in w.claims:
         f = by_id[c.id]
-        line = sections.stake(f)
+        line = sections.stake(convert(f, FindingDoc))
         if f.get("claim_rank") not in (None, r["rank"]):
             # measured on another rank: the severity names whose step it is
             assert f"rank {f['claim_rank']}'s" in (f.get("severity_reason") or ""), (c.id, f.get("severity_reason"))
@@ -78,7 +79,7 @@ def test_a_finding_names_whose_step_each_share_is_of(folder):
         rank, at, share = f.get("claim_rank"), f.get("time_at_stake_us"), f.get("share_of_step")
         if not at or share is None or not isinstance(named, dict) or named.get("rank") in (None, rank):
             continue
-        line = sections.stake(f)
+        line = sections.stake(convert(f, FindingDoc))
         assert f"of rank {rank}'s {fmt.ms(steps[rank])} step" in line, (f["id"], line)
         assert f"rank {named['rank']}" in f["title"]  # the title's share is of the rank it names
 
@@ -94,7 +95,7 @@ def test_launch_share_and_claim_read_on_from_each_other():
     assert f"({e['idle_launch_us_per_step'] / 1000:.2f} ms, rank {e['rank']}" in f["title"]
     part = e["idle_launch_capturable_us_per_step"]
     assert f"{part / 1000:.2f} ms of it" in f["title"]
-    line = sections.stake(f)
+    line = sections.stake(convert(f, FindingDoc))
     assert f"of the {fmt.ms(part)} it measures" in line and "not counted" in line, line
     lb = f["loader_bound"]["cut_us"]
     assert _close(f["time_at_stake_us"] + lb, part) or abs(f["time_at_stake_us"] + lb - part) < 1.0

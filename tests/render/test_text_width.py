@@ -55,19 +55,20 @@ def same_code(printed: list[str], fix: list[str]) -> bool:
 @pytest.mark.parametrize("folder", FOLDERS, ids=folder_id)
 def test_report_fits_80_100_120_columns(folder):
     d = report(folder)
-    w = waterfall.rows(from_dict(d))
+    doc = from_dict(d)
+    w = waterfall.rows(doc)
     for width in WIDTHS:
         text = render_text(d, width=width)
         long = [x for x in text.splitlines() if cell_len(x) > width]
         assert not long, (width, long[:3])
         blocks = fix_blocks(text)
         assert len(blocks) == len(d["findings"])
-        for f, printed in zip(d["findings"], blocks):
-            assert same_code(printed, sections.fix_lines(f)), (width, f["id"], printed)
+        for f, printed in zip(doc.findings, blocks):
+            assert same_code(printed, sections.fix_lines(f)), (width, f.id, printed)
         squeezed = "".join(text.split())
-        for f in d["findings"]:  # every evidence value shown whole (a name over NAME_WIDTH is shortened, and said)
+        for f in doc.findings:  # every evidence value shown whole (a name over NAME_WIDTH is shortened, and said)
             for line in sections.evidence_lines(f, limit=12, items=2):
-                assert "".join(line.split()) in squeezed, (width, f["id"], line[:120])
+                assert "".join(line.split()) in squeezed, (width, f.id, line[:120])
         assert ("ends a name or value shortened here" in text) == (safe.ELLIPSIS in text.replace(
             f"({safe.ELLIPSIS} ends a name", ""))
         if w and w.claims:

@@ -132,7 +132,6 @@ def report(path, fail_on, strict, no_cache, cache_dir, settings, workers, execut
 
         return report_all_runs(click.get_current_context(), report)
     from ..render import sections
-    from ..render.document import as_json
     from ..render.text import render_text
     from ..run import report_folder
 
@@ -141,7 +140,7 @@ def report(path, fail_on, strict, no_cache, cache_dir, settings, workers, execut
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(not quiet))
     doc = result.doc
-    for line in sections.skipped(as_json(doc)):
+    for line in sections.skipped(doc):
         exits.say(f"skipped {line}")
     if strict and doc.skipped:
         raise UsageError(f"{len(doc.skipped)} file(s) skipped and --strict is set")

@@ -29,3 +29,8 @@ def as_json(record):
 def given(v):
     """A field's value, or None where the field is optional and absent (``UNSET``)."""
     return None if v is UNSET else v
+
+
+def present(v) -> bool:
+    """Whether an optional field is in the document (its value may still be null)."""
+    return v is not UNSET

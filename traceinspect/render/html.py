@@ -19,7 +19,7 @@ import jinja2
 
 from ..report.doc import FindingDoc, RankDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput as thr, waterfall
-from .document import as_json, given, report_doc
+from .document import given, report_doc
 from .vocabulary import SYNTHETIC_NOTE, breakdown, color as _color
 
 MAX_EVIDENCE_RANKS = 8  # per-rank evidence columns shown; the rest are in the JSON report
@@ -75,26 +75,25 @@ def _evidence(f: FindingDoc) -> dict | None:
 
 
 def _finding(f: FindingDoc) -> dict:
-    at, fj = f.time_at_stake_us, as_json(f)
-    return {"severity": f.severity, "id": f.id, "title": sections.title(fj),
-            "at_stake": fmt.ms(at) if at else "-", "meta": sections.finding_meta(fj),
-            "notes": sections.finding_notes(fj), "docs": f.docs, "evidence": _evidence(f),
-            "fix": "\n".join(sections.fix_lines(fj))}
+    at = f.time_at_stake_us
+    return {"severity": f.severity, "id": f.id, "title": sections.title(f),
+            "at_stake": fmt.ms(at) if at else "-", "meta": sections.finding_meta(f),
+            "notes": sections.finding_notes(f), "docs": f.docs, "evidence": _evidence(f),
+            "fix": "\n".join(sections.fix_lines(f))}
 
 
-def _rank(rank: RankDoc, colors) -> dict:
-    r = as_json(rank)
-    keys = [k for k, _s, _l in breakdown(rank.basis)]
+def _rank(r: RankDoc, colors) -> dict:
+    keys = [k for k, _s, _l in breakdown(r.basis)]
     head = sections.step_header(r)
     swatches = [None, None] + [colors(k) for k in keys] + [None] * (len(head) - 2 - len(keys))
     rows = []
-    for s in sections.shown_steps(r["steps"]):
-        wall = s.get("wall_us") or 0
-        bd = s.get("breakdown_us") or {}
+    for s in sections.shown_steps(r.steps):
+        wall = s.wall_us or 0
+        bd = s.breakdown_us
         bar = [{"width": f"{100 * bd[k] / wall:.3f}", "colour": colors(k), "key": k}
                for k in keys if wall and (bd.get(k) or 0) > 0]
         rows.append({"cells": sections.step_cells(r, s), "bar": bar})
-    return {"rank": rank.rank, "title": sections.rank_title(r), "rows": rows, "notes": sections.rank_notes(r),
+    return {"rank": r.rank, "title": sections.rank_title(r), "rows": rows, "notes": sections.rank_notes(r),
             "head": [{"text": h, "colour": c} for h, c in zip(head, swatches)]}
 
 
@@ -165,25 +164,25 @@ def _template():
 def render_html(doc: ReportDoc | dict) -> str:
     """The page, from the document alone."""
     d = report_doc(doc)
-    n, world, findings, dj = d.ranks_analyzed, d.world_size, d.findings, as_json(d)
-    util = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
+    n, world, findings = d.ranks_analyzed, d.world_size, d.findings
+    util = [(r.rank, sections.utilization(r)) for r in d.ranks]
     return _template().render(
-        source=sections.source(dj),
+        source=sections.source(d),
         analyzed=f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""),
-        runs=[line.strip() for line in sections.runs_lines(dj)],
+        runs=[line.strip() for line in sections.runs_lines(d)],
         top=findings[0].severity if findings else "ok",
-        verdict=sections.verdict(dj),
-        communication=sections.communication(dj) or "",
+        verdict=sections.verdict(d),
+        communication=sections.communication(d) or "",
         waterfall=_waterfall(d),
         findings=[_finding(f) for f in findings],
         plots=_plots(d),
         ranks=[_rank(r, _color) for r in d.ranks],
-        synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(dj) else "",
+        synthetic_note=SYNTHETIC_NOTE if sections.any_synthetic(d) else "",
         missing_ranks=fmt.ranges(d.missing_ranks) if d.missing_ranks else "",
         utilization=[(rk, u) for rk, u in util if u],
         memory=_memory(d),
         throughput=_throughput(d),
         skipped=[(safe.path(s.file), safe.path(s.reason)) for s in d.skipped],
-        errors=sections.errors(dj),
+        errors=sections.errors(d),
         schema=d.schema,
     )

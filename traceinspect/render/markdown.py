@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..report.doc import FindingDoc, ReportDoc
 from . import format as fmt, safe, sections, throughput, waterfall
-from .document import as_json, given, report_doc
+from .document import given, report_doc
 
 md = safe.markdown
 code = safe.code_span
@@ -47,9 +47,8 @@ def _table(head: list[str], rows: list[list[str]], aligns: list[str]) -> list[st
         "| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
-def finding_lines(finding: FindingDoc) -> list[str]:
-    f = as_json(finding)
-    out = [f"### {code(finding.id)} ({md(finding.severity)}): {md(sections.title(f))}", "",
+def finding_lines(f: FindingDoc) -> list[str]:
+    out = [f"### {code(f.id)} ({md(f.severity)}): {md(sections.title(f))}", "",
            md(sections.finding_meta(f).capitalize() + "."), ""]
     notes = sections.finding_notes(f)
     out += [f"*{md(n)}*" for n in notes] + ([""] if notes else [])
@@ -105,15 +104,15 @@ def _cost(d: ReportDoc) -> list[str]:
 def render_markdown(doc: ReportDoc | dict, plots: list[str] | None = None) -> str:
     """The report as Markdown; ``plots``: PNG file names beside the .md file to show after the findings' summary."""
     d = report_doc(doc)
-    n, world, dj = d.ranks_analyzed, d.world_size, as_json(d)
-    out = ["# traceinspect report", "", f"Source: {code(sections.source(dj))}", "",
+    n, world = d.ranks_analyzed, d.world_size
+    out = ["# traceinspect report", "", f"Source: {code(sections.source(d))}", "",
            f"{n} of {world or n} ranks analyzed." + (f" World size {world}." if world else ""), ""]
-    runs = sections.runs_lines(dj)
+    runs = sections.runs_lines(d)
     if runs:
         out += ["Runs: " + md(runs[0]), ""] + [f"- {md(line.strip())}" for line in runs[1:]] + ([""] if runs[1:] else [])
-    out += [f"**Verdict:** {md(sections.verdict(dj))}", ""]
-    if sections.communication(dj):
-        out += [f"Communication: {md(sections.communication(dj))}", ""]
+    out += [f"**Verdict:** {md(sections.verdict(d))}", ""]
+    if sections.communication(d):
+        out += [f"Communication: {md(sections.communication(d))}", ""]
     out += waterfall_lines(d)
     if plots:
         out += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots] + [""]
@@ -123,17 +122,16 @@ def render_markdown(doc: ReportDoc | dict, plots: list[str] | None = None) -> st
     for f in d.findings:
         out += finding_lines(f)
     out += ["## Ranks and steps", ""]
-    for rank in d.ranks:
-        r = as_json(rank)
+    for r in d.ranks:
         out += [f"### {md(sections.rank_title(r))}", ""]
-        out += table(sections.step_header(r), [sections.step_cells(r, s) for s in sections.shown_steps(r["steps"])])
+        out += table(sections.step_header(r), [sections.step_cells(r, s) for s in sections.shown_steps(r.steps)])
         for note in sections.rank_notes(r):
             out += [md(note), ""]
-    out += [md(x) for x in sections.footnotes(dj)] + ([""] if sections.footnotes(dj) else [])
+    out += [md(x) for x in sections.footnotes(d)] + ([""] if sections.footnotes(d) else [])
     if d.missing_ranks:
         out += [f"Missing ranks (no usable trace file): {fmt.ranges(d.missing_ranks)}", ""]
     out += throughput_lines(d)
-    util = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
+    util = [(r.rank, sections.utilization(r)) for r in d.ranks]
     util = [(rk, u) for rk, u in util if u]
     if util:
         out += ["## nvidia-smi view", "", "What GPU-Util would have shown (docs/utilization.md).", ""]
@@ -141,7 +139,7 @@ def render_markdown(doc: ReportDoc | dict, plots: list[str] | None = None) -> st
     out += _memory(d)
     out += _cost(d)
     if d.errors:
-        out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(dj)] + [""]
+        out += ["## Analysis errors", ""] + [f"- {md(e)}" for e in sections.errors(d)] + [""]
     if d.skipped:
         out += [f"## Skipped files ({len(d.skipped)})", ""]
         out += [f"- {code(safe.path(s.file))}: {md(safe.path(s.reason))}" for s in d.skipped] + [""]

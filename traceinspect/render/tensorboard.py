@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..report.doc import RankDoc, ReportDoc
 from . import safe, sections
-from .document import as_json, given, report_doc
+from .document import given, report_doc
 from .sections import verdict
 
 md = safe.markdown
@@ -77,10 +77,8 @@ def findings_markdown(d: ReportDoc, rank: int) -> str:
     if not fs:
         return "No problems found on this rank."
     out = []
-    for finding in fs:
-        f = as_json(finding)
-        out += [f"### [{md(finding.severity)}] {md(finding.id)}: {md(sections.title(f))}", "",
-                md(sections.finding_meta(f)), ""]
+    for f in fs:
+        out += [f"### [{md(f.severity)}] {md(f.id)}: {md(sections.title(f))}", "", md(sections.finding_meta(f)), ""]
         out += [f"* {md(line)}" for line in sections.evidence_lines(f, rank=rank, items=3)]
         out += ["", "Fix:", ""]
         out += ["    " + line for line in sections.fix_lines(f)]
@@ -119,7 +117,7 @@ def write_tensorboard(d: ReportDoc | dict, logdir) -> str:
                     w.add_event(event_pb2.Event(wall_time=now, step=step, summary=summ))
                 last = max((int(s.step) for s in r.steps), default=0)
                 meta = text_metadata.create_summary_metadata(display_name=None, description="")
-                for tag, text in (("traceinspect/verdict", md(verdict(as_json(d)))),
+                for tag, text in (("traceinspect/verdict", md(verdict(d))),
                                   ("traceinspect/findings", findings_markdown(d, r.rank))):
                     tensor = tensor_util.make_tensor_proto(text.encode("utf-8"), dtype=np.object_)
                     summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])

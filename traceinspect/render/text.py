@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import format as fmt, layout, safe, sections, throughput, waterfall
 from ..report.doc import RankDoc, ReportDoc
-from .document import as_json, given, report_doc
+from .document import given, report_doc
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -65,9 +65,8 @@ def code(console: Console, lines: list[str], indent: int, style: str = "") -> No
 
 def _step_tables(r: RankDoc, width: int) -> list[Table]:
     """The rank's step table; split into groups of columns (each with the step column) when wider than ``width``."""
-    rj = as_json(r)
-    head = sections.step_header(rj)
-    rows = [sections.step_cells(rj, s) for s in shown_steps(rj["steps"])]
+    head = sections.step_header(r)
+    rows = [sections.step_cells(r, s) for s in shown_steps(r.steps)]
     widths = [max([cell_len(h)] + [cell_len(row[i]) for row in rows]) + (1 if i else 0) for i, h in enumerate(head)]
     tables = []
     for group in layout.column_groups(widths, width):
@@ -98,11 +97,10 @@ def _findings(d: ReportDoc, console: Console) -> None:
         return
     console.print(Text(f"Findings ({len(d.findings)})", style="bold"))
     shortened = False
-    for finding in d.findings:
-        f = as_json(finding)
+    for f in d.findings:
         head = Text()
-        head.append(plain(f"[{finding.severity}] ", style=SEV_STYLE.get(finding.severity, "")))
-        head.append(plain(f"{finding.id}: ", style="bold"))
+        head.append(plain(f"[{f.severity}] ", style=SEV_STYLE.get(f.severity, "")))
+        head.append(plain(f"{f.id}: ", style="bold"))
         head.append(plain(sections.title(f)))
         say(console, head)
         say(console, sections.finding_meta(f), indent=2)
@@ -122,12 +120,12 @@ def _findings(d: ReportDoc, console: Console) -> None:
 def _ranks(d: ReportDoc, console: Console) -> None:
     for r in d.ranks:
         console.print()
-        say(console, sections.rank_title(as_json(r)), style="bold")
+        say(console, sections.rank_title(r), style="bold")
         for t in _step_tables(r, console.width):
             console.print(t)
-        for note in sections.rank_notes(as_json(r)):
+        for note in sections.rank_notes(r):
             say(console, note, style="dim")
-    for note in sections.footnotes(as_json(d)):
+    for note in sections.footnotes(d):
         say(console, note, style="dim")
     if d.missing_ranks:
         console.print()
@@ -153,7 +151,7 @@ def _throughput(d: ReportDoc, console: Console) -> None:
 
 
 def _utilization(d: ReportDoc, console: Console) -> None:
-    lines = [(r.rank, sections.utilization(as_json(r))) for r in d.ranks]
+    lines = [(r.rank, sections.utilization(r)) for r in d.ranks]
     lines = [(rk, u) for rk, u in lines if u]
     if not lines:
         return
@@ -221,14 +219,14 @@ def _cost(d: ReportDoc, console: Console) -> None:
 
 
 def render(d: ReportDoc, console: Console) -> None:
-    n, world, dj = d.ranks_analyzed, d.world_size, as_json(d)
-    say(console, f"traceinspect report: {sections.source(dj)}", style="bold")
+    n, world = d.ranks_analyzed, d.world_size
+    say(console, f"traceinspect report: {sections.source(d)}", style="bold")
     say(console, f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
-    for line in sections.runs_lines(dj):  # several runs, windows or copies in the folder (docs/folders.md)
+    for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
         say(console, line.strip(), indent=len(line) - len(line.lstrip()))
-    say(console, "Verdict: " + verdict(dj), style="bold")
-    if sections.communication(dj):
-        say(console, "Communication: " + sections.communication(dj))
+    say(console, "Verdict: " + verdict(d), style="bold")
+    if sections.communication(d):
+        say(console, "Communication: " + sections.communication(d))
     _waterfall(d, console)
     _findings(d, console)
     _ranks(d, console)
@@ -238,12 +236,12 @@ def render(d: ReportDoc, console: Console) -> None:
     _cost(d, console)
     if d.errors:
         console.print()
-        for e in sections.errors(dj):
+        for e in sections.errors(d):
             say(console, f"analysis error: {e}", style="red")
     if d.skipped:
         console.print()
         say(console, f"Skipped files ({len(d.skipped)})", style="bold")
-        for line in sections.skipped(dj):
+        for line in sections.skipped(d):
             say(console, line, indent=2, hang=4)
 
 
