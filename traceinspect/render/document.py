@@ -22,7 +22,7 @@ def report_doc(d: ReportDoc | dict) -> ReportDoc:
 
 
 def as_json(record):
-    """A record (or the document) as its JSON object, for the helpers not yet reading records."""
+    """A record as its JSON object: what the evidence-unit formatting (``format.units_of``) reads of a finding."""
     return msgspec.to_builtins(record)
 
 

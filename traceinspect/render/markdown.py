@@ -1,4 +1,4 @@
-"""The Markdown report, from the JSON report dict: the terminal report's sections, as Markdown.
+"""The Markdown report, from the typed report document: the terminal report's sections, as Markdown.
 
 Sections in ``vocabulary.SECTIONS`` order: verdict, waterfall, findings, per-step tables, nvidia-smi view, skipped
 files; words and numbers from ``sections`` and ``format``, like every renderer. Every string is written through

@@ -3,8 +3,8 @@
 Each ``*_figure`` function returns a ``matplotlib.figure.Figure``, or None when the report has nothing to show for
 it (one rank for the rank comparison, no collectives for message sizes, no timeline...). ``write_plots`` writes the
 ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not compute:
-everything comes from the report document ``d`` (``report.to_dict()`` or a saved report.json), so a saved report
-draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s. A name from the trace
+everything comes from the typed report document (``report_folder(...).doc`` or a saved report.json), so a saved
+report draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s. A name from the trace
 (a collective's, a cause) is drawn through ``safe.plot_text``: shortened, control characters visible, ``$`` escaped, so
 it is never read as mathtext.
 """

@@ -1,7 +1,7 @@
-"""The terminal report, from the JSON report dict (so a saved report.json renders the same way).
+"""The terminal report, from the typed report document (so a saved report.json renders the same way).
 
 Sections in ``vocabulary.SECTIONS`` order: verdict, waterfall, findings, per-step tables, nvidia-smi view, skipped
-files. Renderers format; they do not compute: every number comes from the report dict, written by ``format``.
+files. Renderers format; they do not compute: every number comes from the report, written by ``format``.
 Everything is printed as rich ``Text`` (``plain``), never as markup, on a console that reads no markup or emoji
 codes either: a name or path holding ``[/x]`` or ``:smile:`` prints as written, and its control characters as
 visible escapes (``safe.visible``).

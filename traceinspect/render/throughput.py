@@ -1,7 +1,7 @@
 """The throughput section's words and numbers, for every renderer: per rank and for the job, samples and tokens per
 second, model FLOPs per step, achieved TFLOP/s, MFU and GPU time per sample, each unknown one with its reason; and
-the roofline table (the op groups that lose the most kernel time against the device's roofline). From the report
-dict only (``ranks[].throughput``, ``throughput``): formatting, no computing (docs/metrics.md).
+the roofline table (the op groups that lose the most kernel time against the device's roofline). From the typed
+report only (``ranks[].throughput``, ``throughput``): formatting, no computing (docs/metrics.md).
 """
 
 from __future__ import annotations
