@@ -8,6 +8,7 @@ from diagnose._real import raw_files, report
 from traceinspect.render.markdown import render_markdown
 from traceinspect.render.tensorboard import scalar_rows
 from traceinspect.render.text import render_text
+from traceinspect.report.doc import from_dict
 from public_traces import DDP_2RANK, need
 
 
@@ -33,7 +34,7 @@ def test_gloo_allreduce_sizes_unknown_are_null(cpu_baseline_run):
     assert re.search(rf"\s{n}\s+-\s*$", text, re.M), text
     assert not re.search(r"\s0\.0\s*$", text, re.M)
     assert "None" not in render_markdown(d)
-    for r in d["ranks"]:
+    for r in from_dict(d).ranks:
         tags = {tag for _, tag, _ in scalar_rows(r)}
         assert not [t for t in tags if t.startswith("copies_mb/")]
         assert "step/wall_ms" in tags

@@ -11,16 +11,17 @@ import pytest
 
 from traceinspect.cli.main import main
 from traceinspect.render import formats
+from traceinspect.report.doc import ReportDoc
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "fixtures" / "gpu" / "baseline"  # one real rank
 
 
-def finding_ids(doc: dict) -> str:
-    return "".join(f"{f['id']}\n" for f in doc["findings"])
+def finding_ids(doc: ReportDoc) -> str:
+    return "".join(f"{f.id}\n" for f in doc.findings)
 
 
-def finding_folder(doc: dict, folder: Path, write) -> str:
+def finding_folder(doc: ReportDoc, folder: Path, write) -> str:
     write(folder / "ids.txt", finding_ids(doc).encode())
     return f"ids written to {folder}"
 

@@ -53,12 +53,15 @@ def test_a_real_finding_is_shown_in_its_declared_units():
     """The pageable-memcpy finding of a real H200 capture: copies as a count, bytes in MB, time in ms."""
     import json
 
+    from msgspec import convert
+
     from traceinspect.render import sections
+    from traceinspect.report.doc import FindingDoc
 
     d = json.loads((ROOT / "tests" / "golden" / "fixtures" / "gpu" / "big_baseline.json").read_text())
     f = next(f for f in d["findings"] if f["id"] == "pageable-memcpy")
-    assert fmt.units_of(f)["pageable_copies_per_step"] == ""
-    lines = dict(line.split(": ", 1) for line in sections.evidence_lines(f) if ": " in line)
+    assert fmt.units_of(f["id"])["pageable_copies_per_step"] == ""
+    lines = dict(line.split(": ", 1) for line in sections.evidence_lines(convert(f, FindingDoc)) if ": " in line)
     ev = f["evidence"]["per_rank"][0]
     assert lines["pageable copies per step"] == fmt.number(ev["pageable_copies_per_step"])
     assert lines["pageable H2D per step"] == fmt.mb(ev["pageable_h2d_bytes_per_step"])
@@ -71,12 +74,17 @@ def test_the_html_report_shows_evidence_as_text_and_markdown_do():
     says nothing of a unit (gradscaler-with-bf16's tolerance) reads as a percentage in both."""
     import json
 
+    import msgspec
+
     from traceinspect.render import html, sections
+    from traceinspect.render.document import report_doc
 
     d = json.loads((ROOT / "tests" / "golden" / "fixtures" / "gpu" / "big_baseline.json").read_text())
     rank = {"rank": 0, "steps": [2], "share_of_step": 0.005}
-    tolerance = {"id": "gradscaler-with-bf16", "evidence": {"per_rank": [rank], "fp16_tolerance": 0.01}}
-    for f in d["findings"] + [tolerance]:
+    tolerance = {**d["findings"][0], "id": "gradscaler-with-bf16",
+                 "evidence": {"per_rank": [rank], "fp16_tolerance": 0.01}}
+    doc = report_doc(d)
+    for f in doc.findings + [msgspec.convert(tolerance, type(doc.findings[0]))]:
         cols, rows, _left, rest = sections.evidence_rows(f)
         markdown = {(k, v) for k, vals in rows for v in vals} | set(rest)
         page = html._evidence(f)

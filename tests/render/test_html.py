@@ -21,6 +21,7 @@ from traceinspect.cli.main import main
 from traceinspect.render import plots
 from traceinspect.render.html import render_html
 from traceinspect.render.text import verdict
+from traceinspect.report.doc import from_dict
 
 from public_traces import DIFF_CONTROL, need
 from analyzed_runs import analyzed, empty_report, real_cpu_run, synthetic_cpu_run
@@ -79,7 +80,7 @@ def test_html_control_report():
     assert_self_contained(text)
     page = parse(text)
     assert page.title == "traceinspect report"
-    assert "Verdict: " + verdict(d) in html.unescape(text)
+    assert "Verdict: " + verdict(from_dict(d)) in html.unescape(text)
     assert page.findings == [f["id"] for f in d["findings"]] and page.findings
     for f in d["findings"]:
         assert f"finding-{f['id']}" in page.ids

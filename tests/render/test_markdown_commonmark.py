@@ -17,6 +17,7 @@ from traceinspect.cli.main import main
 from traceinspect.config import Config
 from traceinspect.render import safe, sections
 from traceinspect.render.markdown import render_markdown
+from traceinspect.report.doc import from_dict
 
 from fixture_reports import FOLDERS, ROOT, folder_id, report
 from hostile_names import EVIL, hostile_folder
@@ -81,13 +82,14 @@ def test_markdown_renders_without_stray_backslashes(folder):
                              parser.render(md))  # no element we did not write
     rendered = blocks(md)
     h3 = [t for tag, t in rendered if tag == "h3"]
-    for r in d["ranks"]:  # rank titles (device names from the trace) as the report holds them
+    doc = from_dict(d)
+    for r in doc.ranks:  # rank titles (device names from the trace) as the report holds them
         assert safe.words(sections.rank_title(r)) in h3 or sections.rank_title(r) in h3
-    for f in d["findings"]:
-        assert f"{f['id']} ({f['severity']}): {sections.title(f)}" in h3
+    for f in doc.findings:
+        assert f"{f.id} ({f.severity}): {sections.title(f)}" in h3
     cells = [t for tag, t in rendered if tag == "td"]
-    for r in d["ranks"]:
-        for s in sections.shown_steps(r["steps"]):
+    for r in doc.ranks:
+        for s in sections.shown_steps(r.steps):
             assert all(c in cells for c in sections.step_cells(r, s))
 
 

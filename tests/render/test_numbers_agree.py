@@ -11,9 +11,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from msgspec import convert
 
 from traceinspect.config import Config
 from traceinspect.render import format as fmt, sections, waterfall
+from traceinspect.report.doc import FindingDoc, from_dict
 from traceinspect.run import report_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,32 +37,32 @@ def _close(a: float, b: float) -> bool:
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_number_shown_twice_agrees(folder):
     d = _doc(folder)
-    v, w = d.get("verdict"), waterfall.rows(d)
+    v, w = d.get("verdict"), waterfall.rows(from_dict(d))
     if not v or w is None:
         return
     (r,) = [x for x in d["ranks"] if x["rank"] == v["rank"]]
     # the verdict's step and projection are the waterfall's, and the claims add up to their difference
-    assert _close(v["step_us"], r["step_us"]) and _close(w["step_us"], r["step_us"])
-    assert _close(v["projected_step_us"], r["projected_step_us"]) and _close(w["projected_step_us"], r["projected_step_us"])
+    assert _close(v["step_us"], r["step_us"]) and _close(w.step_us, r["step_us"])
+    assert _close(v["projected_step_us"], r["projected_step_us"]) and _close(w.projected_step_us, r["projected_step_us"])
     assert _close(sum(c["us"] for c in r["claims"]), r["step_us"] - r["projected_step_us"])
     by_id = {f["id"]: f for f in d["findings"]}
-    for c in w["claims"]:
-        f = by_id[c["id"]]
-        line = sections.stake(f)
+    for c in w.claims:
+        f = by_id[c.id]
+        line = sections.stake(convert(f, FindingDoc))
         if f.get("claim_rank") not in (None, r["rank"]):
             # measured on another rank: the severity names whose step it is
-            assert f"rank {f['claim_rank']}'s" in (f.get("severity_reason") or ""), (c["id"], f.get("severity_reason"))
+            assert f"rank {f['claim_rank']}'s" in (f.get("severity_reason") or ""), (c.id, f.get("severity_reason"))
             continue
         # the bar is the finding's claim now, or its saving after the DataLoader's fix: both on its at-stake line
-        shown = f["after_loader_fix"]["us"] if c.get("after") else f["time_at_stake_us"]
-        assert _close(c["us"], shown), (c["id"], c["us"], shown)
-        assert fmt.ms(c["us"]) in line, (c["id"], fmt.ms(c["us"]), line)
-        if c.get("after"):
-            assert c["after"] in line and f["after_loader_fix"]["id"] == c["after"]
+        shown = f["after_loader_fix"]["us"] if c.after else f["time_at_stake_us"]
+        assert _close(c.us, shown), (c.id, c.us, shown)
+        assert fmt.ms(c.us) in line, (c.id, fmt.ms(c.us), line)
+        if c.after:
+            assert c.after in line and f["after_loader_fix"]["id"] == c.after
     # a finding the verdict names as the largest is the waterfall's first bar not waiting for another fix
     if v.get("largest"):
-        first = next(c for c in w["claims"] if not c.get("after"))
-        assert v["largest"]["id"] == first["id"] and _close(v["largest"]["us"], first["us"])
+        first = next(c for c in w.claims if not c.after)
+        assert v["largest"]["id"] == first.id and _close(v["largest"]["us"], first.us)
 
 
 STRATEGIES = sorted(p for p in (ROOT / "fixtures" / "cpu_strategies").glob("fsdp2_*") if p.is_dir())
@@ -77,7 +79,7 @@ def test_a_finding_names_whose_step_each_share_is_of(folder):
         rank, at, share = f.get("claim_rank"), f.get("time_at_stake_us"), f.get("share_of_step")
         if not at or share is None or not isinstance(named, dict) or named.get("rank") in (None, rank):
             continue
-        line = sections.stake(f)
+        line = sections.stake(convert(f, FindingDoc))
         assert f"of rank {rank}'s {fmt.ms(steps[rank])} step" in line, (f["id"], line)
         assert f"rank {named['rank']}" in f["title"]  # the title's share is of the rank it names
 
@@ -93,7 +95,7 @@ def test_launch_share_and_claim_read_on_from_each_other():
     assert f"({e['idle_launch_us_per_step'] / 1000:.2f} ms, rank {e['rank']}" in f["title"]
     part = e["idle_launch_capturable_us_per_step"]
     assert f"{part / 1000:.2f} ms of it" in f["title"]
-    line = sections.stake(f)
+    line = sections.stake(convert(f, FindingDoc))
     assert f"of the {fmt.ms(part)} it measures" in line and "not counted" in line, line
     lb = f["loader_bound"]["cut_us"]
     assert _close(f["time_at_stake_us"] + lb, part) or abs(f["time_at_stake_us"] + lb - part) < 1.0

@@ -165,9 +165,10 @@ def test_plots_draw_hostile_names_as_text(hostile):
 def test_tensorboard_text_is_escaped(hostile, tmp_path):
     pytest.importorskip("tensorboard")
     from traceinspect.render.tensorboard import findings_markdown
+    from traceinspect.report.doc import from_dict
 
     _, d = hostile
-    text = findings_markdown(saved_with_evil_titles(d, tmp_path / "r.json"), 0)
+    text = findings_markdown(from_dict(saved_with_evil_titles(d, tmp_path / "r.json")), 0)
     assert not CONTROL.search(text)
     prose = [x for x in text.splitlines() if not x.startswith("    ")]  # the fix is an indented (literal) code block
     assert "<script" not in "\n".join(prose) and "&lt;script>" in "\n".join(prose)

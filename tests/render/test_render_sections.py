@@ -17,6 +17,7 @@ from traceinspect.render.html import render_html
 from traceinspect.render.markdown import render_markdown
 from traceinspect.render.text import render_text
 from traceinspect.render.vocabulary import SYNTHETIC_NOTE
+from traceinspect.report.doc import from_dict
 from traceinspect.run.api import analyze_path
 
 from public_traces import BERT, DDP_2RANK, DIFF_CONTROL, need
@@ -44,7 +45,8 @@ def test_same_sections_and_numbers_everywhere(folder):
     need(folder)
     d = _report(folder)
     pages = _pages(d)
-    verdict = sections.verdict(d)
+    doc = from_dict(d)
+    verdict = sections.verdict(doc)
     for name, text in pages.items():
         flat = " ".join(text.split())
         assert " ".join(verdict.split()) in flat, name
@@ -53,17 +55,17 @@ def test_same_sections_and_numbers_everywhere(folder):
         assert "nvidia-smi view" in text, name
         for f in d["findings"]:
             assert f["id"] in text, (name, f["id"])
-        for r in d["ranks"]:
+        for r in doc.ranks:
             u = sections.utilization(r)
             if u:
                 assert " ".join(u.split()) in flat, name
-            for s in sections.shown_steps(r["steps"]):
+            for s in sections.shown_steps(r.steps):
                 for cell in sections.step_cells(r, s):  # each cell of the step table, as the formatter wrote it
                     assert cell in text, (name, cell)
         assert not RAW_NUMBER.search(text), (name, RAW_NUMBER.search(text).group(0))
         assert "{'" not in text and "': " not in text, name  # no raw dicts
     # Markdown has the all-reduce columns the terminal has
-    if any(sections.has_allreduce(r) for r in d["ranks"]):
+    if any(sections.has_allreduce(r) for r in doc.ranks):
         assert "| AR n | AR MB |" in render_markdown(d) and "AR n" in pages["text"]
 
 
@@ -71,14 +73,14 @@ def test_step_table_numbers_against_the_document():
     """The step table's cells are the document's values: wall and loader in ms, copies in MB, shares of the step."""
     need(FIXTURE)
     d = _report(FIXTURE)
-    r = d["ranks"][0]
+    r = from_dict(d).ranks[0]
     head = sections.step_header(r)
-    for s in r["steps"]:
+    for s in r.steps:
         row = dict(zip(head, sections.step_cells(r, s)))
-        assert float(row["wall ms"]) == pytest.approx(s["wall_us"] / 1000, abs=0.005)
-        assert float(row["pgbl MB"]) == pytest.approx(s["pageable_h2d_bytes"] / 1e6, abs=0.05)
-        assert float(row["idle %"]) == pytest.approx(100 * s["breakdown_us"]["idle"] / s["wall_us"], abs=0.5)
-        assert int(row["AR n"]) == s["allreduce_count"]
+        assert float(row["wall ms"]) == pytest.approx(s.wall_us / 1000, abs=0.005)
+        assert float(row["pgbl MB"]) == pytest.approx(s.pageable_h2d_bytes / 1e6, abs=0.05)
+        assert float(row["idle %"]) == pytest.approx(100 * s.breakdown_us["idle"] / s.wall_us, abs=0.5)
+        assert int(row["AR n"]) == s.allreduce_count
 
 
 def test_html_second_table_has_one_heading():
@@ -92,7 +94,7 @@ def test_html_second_table_has_one_heading():
 def test_synthetic_step_is_explained(tmp_path):
     need(BERT)
     d = _report(BERT)
-    if not sections.any_synthetic(d):  # make one step synthetic: the note must follow it, in every renderer
+    if not sections.any_synthetic(from_dict(d)):  # make one step synthetic: the note must follow it, in every renderer
         d = copy.deepcopy(d)
         d["ranks"][0]["steps"][0]["synthetic"] = True
     for name, text in _pages(d).items():

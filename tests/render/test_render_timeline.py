@@ -10,15 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec import to_builtins
 
 from traceinspect.config import Config
 from traceinspect.render import plots, timeline_plot
 from traceinspect.render.vocabulary import PALETTE
+from traceinspect.report.doc import from_dict
 from traceinspect.run.api import analyze_path
 
 from public_traces import DDP_2RANK, need
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
+CPU_ONLY = FIXTURES.parent / "cpu_tradeoff" / "b32x2"
 TOLERANCE = 0.02  # of the lane: the "within a few percent" a reader can see
 
 
@@ -58,7 +61,7 @@ BREAKDOWN_KEY = {"compute": "compute", "comm": "comm_exposed", "h2d": "h2d_expos
 def test_breakdown_lane_covers_what_the_breakdown_says(folder):
     need(folder)
     d = _report(folder)
-    r = timeline_plot.pick_rank(d)
+    r = to_builtins(timeline_plot.pick_rank(from_dict(d)))
     tl = r["timeline"]
     step = next(s for s in r["steps"] if s["step"] == tl["step"])
     fig = plots.timeline_figure(d)
@@ -99,7 +102,7 @@ def _union_in(s: np.ndarray, e: np.ndarray, a: float, b: float) -> float:
 def test_compute_stream_lane_is_its_kernels_at_true_scale(folder):
     need(folder)
     d = _report(folder)
-    tl = timeline_plot.pick_rank(d)["timeline"]
+    tl = to_builtins(timeline_plot.pick_rank(from_dict(d)).timeline)
     busiest = max(tl["streams"], key=lambda s: s["events"].get("compute", 0))
     s, e = _raw_stream_kernels(folder, busiest["stream"])
     want = _union_in(s, e, tl["start_us"], tl["start_us"] + tl["wall_us"]) / tl["wall_us"]
@@ -116,7 +119,7 @@ def test_document_timeline_adds_up_to_the_breakdown():
     disjoint and inside the step."""
     need(DDP_2RANK)
     d = _report(DDP_2RANK)
-    r = timeline_plot.pick_rank(d)
+    r = to_builtins(timeline_plot.pick_rank(from_dict(d)))
     tl = r["timeline"]
     step = next(s for s in r["steps"] if s["step"] == tl["step"])
     for cat, key in BREAKDOWN_KEY.items():
@@ -142,5 +145,6 @@ def test_short_events_are_said_not_widened():
 
 
 def test_no_timeline_without_gpu_events():
-    d = {"ranks": [{"rank": 0, "timeline": None, "steps": []}]}
+    d = _report(CPU_ONLY)
+    assert [r["timeline"] for r in d["ranks"]] == [None] * len(d["ranks"])
     assert plots.timeline_figure(d) is None

@@ -14,6 +14,7 @@ from traceinspect.errors import UsageError
 from traceinspect.render.tensorboard import MISSING, write_tensorboard
 from traceinspect.render.safe import markdown
 from traceinspect.render.text import verdict
+from traceinspect.report.doc import from_dict
 
 from public_traces import DIFF_CONTROL, DDP_2RANK, need, only_file
 from analyzed_runs import analyzed, real_cpu_run, synthetic_cpu_run
@@ -51,7 +52,7 @@ def check_rank_run(ea: EventAccumulator, d: dict, r: dict) -> None:
     if r["basis"] == "cpu":  # a CPU-only run has no copies: no zero copy scalars
         assert not [t for t in scalars if t.startswith("copies_mb/")]
     step, text = text_of(ea, "traceinspect/verdict")
-    assert text == markdown(verdict(d)) and step == max(steps)
+    assert text == markdown(verdict(from_dict(d))) and step == max(steps)
     _, text = text_of(ea, "traceinspect/findings")
     mine = [f for f in d["findings"] if r["rank"] in f["ranks"]]
     for f in mine:

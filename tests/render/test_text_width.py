@@ -16,6 +16,7 @@ from rich.cells import cell_len
 
 from traceinspect.render import safe, sections, waterfall
 from traceinspect.render.text import render_text
+from traceinspect.report.doc import from_dict
 
 from fixture_reports import FOLDERS, ROOT, folder_id, report
 
@@ -54,31 +55,32 @@ def same_code(printed: list[str], fix: list[str]) -> bool:
 @pytest.mark.parametrize("folder", FOLDERS, ids=folder_id)
 def test_report_fits_80_100_120_columns(folder):
     d = report(folder)
-    w = waterfall.rows(d)
+    doc = from_dict(d)
+    w = waterfall.rows(doc)
     for width in WIDTHS:
         text = render_text(d, width=width)
         long = [x for x in text.splitlines() if cell_len(x) > width]
         assert not long, (width, long[:3])
         blocks = fix_blocks(text)
         assert len(blocks) == len(d["findings"])
-        for f, printed in zip(d["findings"], blocks):
-            assert same_code(printed, sections.fix_lines(f)), (width, f["id"], printed)
+        for f, printed in zip(doc.findings, blocks):
+            assert same_code(printed, sections.fix_lines(f)), (width, f.id, printed)
         squeezed = "".join(text.split())
-        for f in d["findings"]:  # every evidence value shown whole (a name over NAME_WIDTH is shortened, and said)
+        for f in doc.findings:  # every evidence value shown whole (a name over NAME_WIDTH is shortened, and said)
             for line in sections.evidence_lines(f, limit=12, items=2):
-                assert "".join(line.split()) in squeezed, (width, f["id"], line[:120])
+                assert "".join(line.split()) in squeezed, (width, f.id, line[:120])
         assert ("ends a name or value shortened here" in text) == (safe.ELLIPSIS in text.replace(
             f"({safe.ELLIPSIS} ends a name", ""))
-        if w and w["claims"]:
+        if w and w.claims:
             bars = [x for x in text.splitlines() if waterfall.BAR in x]
             full = bars[0].count(waterfall.BAR)
-            assert 12 <= full <= 40 and (full == 40 or width < 120 or len(w["claims"]) == 0)
-            for line, c in zip(bars[1:], w["claims"]):  # to scale, whatever the width
-                assert line.count(waterfall.BAR) == pytest.approx(full * c["us"] / w["step_us"], abs=1.01)
+            assert 12 <= full <= 40 and (full == 40 or width < 120 or len(w.claims) == 0)
+            for line, c in zip(bars[1:], w.claims):  # to scale, whatever the width
+                assert line.count(waterfall.BAR) == pytest.approx(full * c.us / w.step_us, abs=1.01)
 
 
 def test_narrow_waterfall_puts_labels_on_their_own_lines():
-    w = waterfall.rows(report(BIG))
+    w = waterfall.rows(from_dict(report(BIG)))
     lines = waterfall.bar_lines(w, columns=38)
     assert all(len(x) <= 38 for x in lines if waterfall.BAR in x)
     assert lines[0] == "measured step" and lines[1].count(waterfall.BAR) == 24

@@ -15,6 +15,7 @@ from public_traces import PUBLIC, need, only_file, raw_events
 
 from traceinspect.render import plots, tradeoff_plot
 from traceinspect.render.html import render_html
+from traceinspect.report.doc import from_dict
 
 BIG = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "big_baseline"
 MI300 = PUBLIC / "tracelens_mi300_memory"
@@ -48,9 +49,12 @@ def test_time_per_logical_batch_and_the_marked_rows_on_a_gpu_fixture():
     r = d["ranks"][0]
     fig = plots.figures(d)["tradeoff"]
     time = bars(fig, "time")
-    assert set(time) == {tradeoff_plot.key(o) for o in r["tradeoff"]}
+    def key(o: dict) -> str:  # the plot's name of a row (tradeoff_plot.key), from the JSON
+        return f"{o['batch']}x{o['accum_steps']}" + (f" {o['precision']}" if o.get("precision") else "")
+
+    assert set(time) == {key(o) for o in r["tradeoff"]}
     for o in r["tradeoff"]:
-        assert time[tradeoff_plot.key(o)].get_height() == pytest.approx(o["step_ms"])
+        assert time[key(o)].get_height() == pytest.approx(o["step_ms"])
     (now,) = [o for o in r["tradeoff"] if o["current"]]
     assert (now["batch"], now["accum_steps"]) == (1024, 4)  # the capture's metadata: batch 1024, 4 micro-batches
     assert now["step_ms"] == pytest.approx(measured_step_ms(r), rel=1e-9)
@@ -93,7 +97,7 @@ def test_the_capacity_line_where_the_peaks_come_near_it():
     d = copy.deepcopy(report(str(MI300)))
     m = d["ranks"][0]["memory"]
     m["capacity_bytes"] = 2 * max(o["peak_bytes"] for o in d["ranks"][0]["tradeoff"])
-    fig = tradeoff_plot.figure(d, plots._new_figure)
+    fig = tradeoff_plot.figure(from_dict(d), plots._new_figure)
     (line,) = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "capacity"]
     assert line.get_ydata()[0] == pytest.approx(m["capacity_bytes"] / 1e9)
 
@@ -103,6 +107,6 @@ def test_no_plot_without_a_tradeoff_table_and_in_the_html_where_there_is_one():
     d = report(str(V100))  # no batch size recorded: no trade-off table
     assert not any(r.get("tradeoff") for r in d["ranks"])
     assert "tradeoff" not in plots.figures(d)
-    assert tradeoff_plot.figure({"ranks": []}, plots._new_figure) is None
+    assert tradeoff_plot.figure(from_dict(d), plots._new_figure) is None
     page = render_html(report(str(BIG)))
     assert "id='plot-tradeoff'" in page and "The logical batch as physical batch x accumulation steps" in page

@@ -107,6 +107,8 @@ def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, n
     and > 1 % of the step; between captures too, given several); then the findings that disappeared, appeared or
     changed severity. Exit 1 when --fail-on-regression trips, 2 with one line on bad input.
     """
+    from ..render.document import given
+    from ..report.diff_doc import check
     from ..report.diff_runs import diff_runs
 
     if count_machine and fail_pct is None:
@@ -121,16 +123,17 @@ def diff(paths, json_path, md_path, html_path, fail_pct, count_machine, pairs, n
                        count_machine=count_machine)
     except ValueError as exc:
         raise UsageError(f"--pair: {exc}") from None
-    _write(md_path, lambda: render_diff_markdown(dd))
-    _write(html_path, lambda: render_diff_html(dd))
+    doc = check(dd)  # what the renderers read; the JSON is the diff as written
+    _write(md_path, lambda: render_diff_markdown(doc))
+    _write(html_path, lambda: render_diff_html(doc))
     _write(json_path, lambda: json.dumps(dd, indent=1))
     if not quiet and json_path != "-":
-        echo_text(render_diff_text, dd, width)
-        click.echo(render_work_rate_text(dd, width=text_width(width)), nl=False)
-    gate = dd.get("gate")
+        echo_text(render_diff_text, doc, width)
+        click.echo(render_work_rate_text(doc, width=text_width(width)), nl=False)
+    gate = given(doc.gate)
     if gate is not None:
         click.echo(render_gate_line(gate), err=quiet or json_path == "-")
-        if gate["tripped"]:
+        if gate.tripped:
             raise SystemExit(1)
 
 

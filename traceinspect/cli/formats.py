@@ -60,7 +60,7 @@ def check(command: str, params: dict) -> None:
             check_targets(out_dir=v)
 
 
-def write(command: str, params: dict, doc: dict, source: str | None = None) -> None:
+def write(command: str, params: dict, doc, source: str | None = None) -> None:
     """Every output the command line asked for, in table order; ``source`` (the input) is the folder a
     ``folder-or-default`` format given bare writes into."""
     for f, value in chosen(command, params):

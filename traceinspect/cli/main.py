@@ -139,40 +139,40 @@ def report(path, fail_on, strict, no_cache, cache_dir, settings, workers, execut
     formats.check("report", outputs)
     config = run_config(no_cache, workers, cache_dir, settings, executor=executor, scheduler=scheduler, run=run_no)
     result = report_folder(path, config, _BarObserver(not quiet))
-    d = result.to_dict()
-    for line in sections.skipped(d):
+    doc = result.doc
+    for line in sections.skipped(doc):
         exits.say(f"skipped {line}")
-    if strict and d["skipped"]:
-        raise UsageError(f"{len(d['skipped'])} file(s) skipped and --strict is set")
-    formats.write("report", outputs, d, source=path)
+    if strict and doc.skipped:
+        raise UsageError(f"{len(doc.skipped)} file(s) skipped and --strict is set")
+    formats.write("report", outputs, doc, source=path)
     if not quiet and not on_stdout:
-        echo_text(render_text, d, width)
+        echo_text(render_text, doc, width)
     if fail_on:
-        _fail_on(d, fail_on)
+        _fail_on(doc, fail_on)
 
 
-def _fail_on(d: dict, level: str) -> None:
+def _fail_on(doc, level: str) -> None:
     """Exit 1 when a finding reaches ``level``, naming each finding that did (on stderr: stdout may be JSON)."""
     from ..diagnose.finding import severity_rank
+    from ..render.document import given
 
-    tripped = [f for f in d["findings"] if severity_rank(f["severity"]) >= severity_rank(level)]
+    tripped = [f for f in doc.findings if severity_rank(f.severity) >= severity_rank(level)]
     if not tripped:
         return
     exits.say(f"--fail-on {level}: {len(tripped)} finding(s) at or above {level}:")
     for f in tripped:
-        at = f.get("time_at_stake_us")
+        at = f.time_at_stake_us
         stake = f", {at / 1000:.2f} ms/step at stake" if at else ""
-        click.echo(shown(f"  [{f['severity']}] {f['id']}{stake}: {f.get('severity_reason') or f['title']}"), err=True)
+        click.echo(shown(f"  [{f.severity}] {f.id}{stake}: {given(f.severity_reason) or f.title}"), err=True)
     raise SystemExit(EXIT_FINDING)
 
 
-def _load_report(path: str) -> dict:
-    """A saved report.json, checked against the contract (one-line errors naming the file)."""
-    from ..report.doc import to_dict
+def _load_report(path: str):
+    """A saved report.json as its ``ReportDoc``, checked against the contract (one-line errors naming the file)."""
     from ..report.io import load
 
     check_readable_input(path)
-    return to_dict(load(path))
+    return load(path)
 
 
 @cli.command(cls=formats.FormatsCommand)
@@ -184,11 +184,11 @@ def render(report_json, width, quiet, **outputs) -> None:
     from ..render.text import render_text
 
     on_stdout = formats.stdout_format("render", outputs)
-    d = _load_report(report_json)
+    doc = _load_report(report_json)
     formats.check("render", outputs)
-    formats.write("render", outputs, d, source=report_json)
+    formats.write("render", outputs, doc, source=report_json)
     if not quiet and not on_stdout:
-        echo_text(render_text, d, width)
+        echo_text(render_text, doc, width)
 
 
 @cli.command()

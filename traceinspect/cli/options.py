@@ -68,7 +68,7 @@ def text_width(width: int | None = None) -> int:
     return min(max(found or DEFAULT_WIDTH, MIN_WIDTH), MAX_WIDTH)
 
 
-def echo_text(render, doc: dict, width: int | None) -> None:
+def echo_text(render, doc, width: int | None) -> None:
     """A text renderer's output on stdout, ``text_width(width)`` columns, coloured on a terminal."""
     click.echo(render(doc, width=text_width(width), color=sys.stdout.isatty()), nl=False)
 

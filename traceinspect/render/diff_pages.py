@@ -1,52 +1,55 @@
 """``traceinspect diff --markdown`` and ``--html``: the step-time change, the verdict, and work and rate side by
-side (formatting only: every number comes from the diff dict, ``report/diff_runs.py``). Names from traces are
-escaped: Markdown by ``safe.markdown`` (CommonMark's escapes) and code spans, HTML by ``html.escape``."""
+side (formatting only: every number comes from the typed diff document, ``report/diff_doc.py``). Names from traces
+are escaped: Markdown by ``safe.markdown`` (CommonMark's escapes) and code spans, HTML by ``html.escape``."""
 
 from __future__ import annotations
 
 import html
 from itertools import zip_longest
 
+from ..report.diff_doc import DiffDoc, check
 from . import safe
 from .diff_figures import FIGURES_HEAD, figure_cells, per_sample_line, unknown_lines
+from .diff_text import captures
 from .diff_work_text import (SAME_SHAPE_HEAD, name_lines, plain, rate_cells, runs_line, same_shape_cells, signed_ms,
                              work_cells)
+from .document import given
 
 
 def md(s, cell: bool = False) -> str:
     return safe.markdown(plain(s), cell=cell)
 
 
-def _step_line(dd: dict) -> str:
-    o = dd.get("overall") or {}
-    if o.get("delta_us") is None:
+def _step_line(dd: DiffDoc) -> str:
+    o = dd.overall
+    if o is None or o.delta_us is None:
         return "Step time: not on both sides"
-    sig = {True: "beyond the noise", False: "within the noise", None: "noise unknown"}[o.get("significant")]
-    rel = f" ({100 * o['rel_change']:+.1f} %)" if o.get("rel_change") is not None else ""
-    return (f"Step time: {o['base']['mean_us'] / 1000:.2f} ms -> {o['new']['mean_us'] / 1000:.2f} ms, "
-            f"{signed_ms(o['delta_us'])}{rel}, {sig}")
+    sig = {True: "beyond the noise", False: "within the noise", None: "noise unknown"}[o.significant]
+    rel = f" ({100 * o.rel_change:+.1f} %)" if o.rel_change is not None else ""
+    return (f"Step time: {o.base.mean_us / 1000:.2f} ms -> {o.new.mean_us / 1000:.2f} ms, "
+            f"{signed_ms(o.delta_us)}{rel}, {sig}")
 
 
-def _side_by_side(dd: dict) -> list[list[str]]:
+def _side_by_side(dd: DiffDoc) -> list[list[str]]:
     blank_w, blank_r = [""] * 4, [""] * 5
     return [(w or blank_w) + (r or blank_r) for w, r in zip_longest(work_cells(dd), rate_cells(dd))]
 
 
-def render_diff_markdown(dd: dict) -> str:
+def render_diff_markdown(dd: DiffDoc | dict) -> str:
+    dd = check(dd)
     lines = ["# traceinspect diff", ""]
-    for side in ("base", "new"):
-        srcs = (dd.get("runs") or {}).get(side) or [dd[side].get("source")]
+    for side, srcs in captures(dd).items():
         lines.append(f"- {side}: " + ", ".join(safe.code_span(plain(s)) for s in srcs))
     lines += ["", md(_step_line(dd)), ""]
-    v = dd.get("verdict")
-    if v:
-        lines += [f"**Verdict ({md(v['kind'])})**: {md(v['text'])}", ""]
+    v = given(dd.verdict)
+    if v is not None:
+        lines += [f"**Verdict ({md(v.kind)})**: {md(v.text)}", ""]
     if runs_line(dd):
         lines += [md(runs_line(dd)), ""]
-    if dd.get("gate"):
-        g = dd["gate"]
-        lines += [f"**Regression gate ({g['pct']:g} %)**: {'tripped' if g['tripped'] else 'passed'}"]
-        lines += [f"- {md(r)}" for r in g["reasons"]] + [""]
+    g = given(dd.gate)
+    if g is not None:
+        lines += [f"**Regression gate ({g.pct:g} %)**: {'tripped' if g.tripped else 'passed'}"]
+        lines += [f"- {md(r)}" for r in g.reasons] + [""]
     figures = figure_cells(dd)
     if figures:
         lines += ["## Throughput, MFU, GPU-hours and memory", "",
@@ -83,23 +86,23 @@ def _table(caption: str, head: list[str], rows: list[list[str]]) -> str:
     return "".join(out) + "</table>"
 
 
-def render_diff_html(dd: dict) -> str:
+def render_diff_html(dd: DiffDoc | dict) -> str:
+    dd = check(dd)
     e = lambda s: html.escape(plain(s))  # noqa: E731
     parts = ["<!doctype html>", '<html><head><meta charset="utf-8"><title>traceinspect diff</title>',
              f"<style>{_STYLE}</style></head><body>", "<h1>traceinspect diff</h1>", "<ul>"]
-    for side in ("base", "new"):
-        srcs = (dd.get("runs") or {}).get(side) or [dd[side].get("source")]
+    for side, srcs in captures(dd).items():
         parts.append(f"<li>{side}: {', '.join(e(s) for s in srcs)}</li>")
     parts += ["</ul>", f"<p>{e(_step_line(dd))}</p>"]
-    v = dd.get("verdict")
-    if v:
-        parts.append(f"<p><b>Verdict ({e(v['kind'])})</b>: {e(v['text'])}</p>")
+    v = given(dd.verdict)
+    if v is not None:
+        parts.append(f"<p><b>Verdict ({e(v.kind)})</b>: {e(v.text)}</p>")
     if runs_line(dd):
         parts.append(f"<p>{e(runs_line(dd))}</p>")
-    g = dd.get("gate")
-    if g:
-        parts.append(f"<p><b>Regression gate ({g['pct']:g} %)</b>: {'tripped' if g['tripped'] else 'passed'}</p><ul>"
-                     + "".join(f"<li>{e(r)}</li>" for r in g["reasons"]) + "</ul>")
+    g = given(dd.gate)
+    if g is not None:
+        parts.append(f"<p><b>Regression gate ({g.pct:g} %)</b>: {'tripped' if g.tripped else 'passed'}</p><ul>"
+                     + "".join(f"<li>{e(r)}</li>" for r in g.reasons) + "</ul>")
     figures = figure_cells(dd)
     if figures:
         parts.append("<h2>Throughput, MFU, GPU-hours and memory</h2>"

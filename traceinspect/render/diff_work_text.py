@@ -1,11 +1,14 @@
 """The work-vs-rate part of ``traceinspect diff``'s text, and the regression gate's line (formatting only: every
-number comes from the diff dict, ``report/diff_runs.py``). Names read from traces are shown as plain text: control
-characters become ``?`` and nothing in them is taken as markup."""
+number comes from the typed diff document, ``report/diff_doc.py``). Names read from traces are shown as plain text:
+control characters become ``?`` and nothing in them is taken as markup."""
 
 from __future__ import annotations
 
 import io
 import re
+
+from ..report.diff_doc import DiffDoc, GateDoc, check
+from .document import given, present
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -33,78 +36,81 @@ def signed_ms(us) -> str:
     return "-" if us is None else f"{us / 1000:+.2f} ms"
 
 
-def work_cells(dd: dict) -> list[list[str]]:
+def work_cells(dd: DiffDoc) -> list[list[str]]:
     """Rows of the work table: what, base, new, changed."""
-    return [[r["label"], value(r["base"], r["unit"]), value(r["new"], r["unit"]), "changed" if r["changed"] else "same"]
-            for r in dd.get("work", [])]
+    return [[r.label, value(r.base, r.unit), value(r.new, r.unit), "changed" if r.changed else "same"]
+            for r in given(dd.work) or []]
 
 
-def rate_cells(dd: dict) -> list[list[str]]:
+def rate_cells(dd: DiffDoc) -> list[list[str]]:
     """Rows of the rate table: what, base, new, change, time effect per step."""
-    return [[r["label"], value(r["base"], r["unit"]), value(r["new"], r["unit"]), rel(r["rel_change"]),
-             signed_ms(r["effect_us"])] for r in dd.get("rate", [])]
+    return [[r.label, value(r.base, r.unit), value(r.new, r.unit), rel(r.rel_change), signed_ms(r.effect_us)]
+            for r in given(dd.rate) or []]
 
 
-def same_shape_cells(dd: dict) -> list[list[str]]:
+def same_shape_cells(dd: DiffDoc) -> list[list[str]]:
     """Rows of the table of kernels of the same name and shape on both sides (most GPU time first): kernel, shape,
     calls per step, base and new GPU time per call, change."""
-    n = (dd.get("names") or {}).get("kernel_shapes") or {}
-    if not n.get("available"):
+    names = given(dd.names)
+    n = given(names.kernel_shapes) if names is not None else None
+    if n is None or not n.available:
         return []
-    return [[plain(r["name"])[:80], plain(r.get("shape", "")), value(r["count"], "count"),
-             value(r["base_us_per_call"], "us"), value(r["new_us_per_call"], "us"), rel(r["rel_change"])]
-            for r in n.get("same", [])]
+    return [[plain(r.name)[:80], plain(given(r.shape) or ""), value(r.count, "count"), value(r.base_us_per_call, "us"),
+             value(r.new_us_per_call, "us"), rel(r.rel_change)] for r in given(n.same) or []]
 
 
 SAME_SHAPE_HEAD = ["kernel (same name and shape)", "shape", "calls/step", "base/call", "new/call", "change"]
 
 
-def name_lines(dd: dict) -> list[str]:
+def name_lines(dd: DiffDoc) -> list[str]:
     out = []
-    for section in ("kernels", "ops", "kernel_shapes"):
-        n = (dd.get("names") or {}).get(section) or {}
-        if not n.get("available"):
-            if section == "kernel_shapes" and (dd.get("names") or {}).get("kernels", {}).get("available"):
+    names = given(dd.names)
+    if names is None:  # a diff of two reports alone (report/diff.py) has no name sections
+        return out
+    for section, n in (("kernels", names.kernels), ("ops", names.ops), ("kernel_shapes", given(names.kernel_shapes))):
+        if n is None or not n.available:
+            if section == "kernel_shapes" and names.kernels.available:
                 out.append("kernel shapes: not read (the trace files are too large, or do not decode)")
             continue
-        what = "kernels by name and shape" if section == "kernel_shapes" else f"{n['what']}s by name"
-        if not n["changed_names"]:
+        what = "kernels by name and shape" if section == "kernel_shapes" else f"{n.what}s by name"
+        if not n.changed_names:
             out.append(f"{what}: the same names and counts per step")
             continue
-        out.append(f"{what}: {n['changed_names']} changed count per step "
-                   f"({signed_ms(n['changed_delta_us'])} of time with them):")
-        for c in n["changed"][:5]:
-            shape = f"  ({plain(c['shape'])})" if "shape" in c else ""
-            out.append(f"  {value(c['base_count'], 'count')} -> {value(c['new_count'], 'count')}  "
-                       f"{signed_ms(c['delta_us'])}  {plain(c['name'])[:100]}{shape}")
+        out.append(f"{what}: {n.changed_names} changed count per step "
+                   f"({signed_ms(n.changed_delta_us)} of time with them):")
+        for c in n.changed[:5]:
+            shape = f"  ({plain(c.shape)})" if present(c.shape) else ""
+            out.append(f"  {value(c.base_count, 'count')} -> {value(c.new_count, 'count')}  "
+                       f"{signed_ms(c.delta_us)}  {plain(c.name)[:100]}{shape}")
     return out
 
 
-def runs_line(dd: dict) -> str:
-    o = dd.get("overall") or {}
-    runs = o.get("runs") or {}
-    if not runs:
+def runs_line(dd: DiffDoc) -> str:
+    runs = given(dd.overall.runs) if dd.overall is not None else None
+    if runs is None:
         return ""
-    if runs.get("note"):
-        return f"Noise: {runs['note']}."
-    sd = runs.get("between_run_sd_us") or {}
-    parts = [f"{side} {runs[side]} capture(s), between-run sd {value(sd.get(side), 'us')}" for side in ("base", "new")]
+    if runs.note:
+        return f"Noise: {runs.note}."
+    sd = runs.between_run_sd_us
+    parts = [f"{side} {n} capture(s), between-run sd {value(v, 'us')}"
+             for side, n, v in (("base", runs.base, sd.base), ("new", runs.new, sd.new))]
     return f"Noise across runs: {'; '.join(parts)} (joins the step-to-step noise)."
 
 
-def render_work_rate_text(dd: dict, width: int = 120) -> str:
+def render_work_rate_text(dd: DiffDoc | dict, width: int = 120) -> str:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    if "verdict" not in dd:
+    dd = check(dd)
+    v = given(dd.verdict)
+    if v is None:
         return ""
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False, soft_wrap=False)
     con.print()
     con.print(Text("Work vs rate", style="bold"))
-    v = dd["verdict"]
-    con.print(Text(f"Verdict ({v['kind']}): {plain(v['text'])}"))
+    con.print(Text(f"Verdict ({v.kind}): {plain(v.text)}"))
     line = runs_line(dd)
     if line:
         con.print(Text(line))
@@ -139,7 +145,7 @@ def render_work_rate_text(dd: dict, width: int = 120) -> str:
     return buf.getvalue()
 
 
-def _figures(con, dd: dict) -> None:
+def _figures(con, dd: DiffDoc) -> None:
     """Throughput, MFU, GPU-hours and peak memory, base against new (``render/diff_figures.py``)."""
     from rich.table import Table
     from rich.text import Text
@@ -161,7 +167,7 @@ def _figures(con, dd: dict) -> None:
         con.print(Text(ln))
 
 
-def render_gate_line(gate: dict) -> str:
-    head = (f"regression gate ({gate['pct']:g} %{', machine differences counted' if gate['count_machine'] else ''}): "
-            f"{'TRIPPED' if gate['tripped'] else 'passed'}")
-    return head + "".join(f"\n  {plain(r)}" for r in gate["reasons"])
+def render_gate_line(gate: GateDoc) -> str:
+    head = (f"regression gate ({gate.pct:g} %{', machine differences counted' if gate.count_machine else ''}): "
+            f"{'TRIPPED' if gate.tripped else 'passed'}")
+    return head + "".join(f"\n  {plain(r)}" for r in gate.reasons)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..report.doc import ReportDoc
 
-def write_folder(d: dict, folder: Path, write) -> None:
+
+def write_folder(d: ReportDoc | dict, folder: Path, write) -> None:
     """Into ``folder`` (made by the caller), each file through ``write(path, data)``."""
     from .._optional import import_optional
     from .json_doc import render_json

@@ -3,7 +3,7 @@
 The report keeps raw units (microseconds, bytes, shares 0..1); these functions turn them into text: milliseconds,
 MB (10^6 bytes), MiB where DDP means 2^20, GB/s, percentages and counts with their noun. ``None`` (unknown) is
 always ``-``. No scientific notation, no raw floats. An evidence value is formatted by the unit its rule declares
-for the field (``units_of(finding)``: ``render/evidence_units.py``, generated from the rules' evidence records,
+for the field (``units_of(finding_id)``: ``render/evidence_units.py``, generated from the rules' evidence records,
 where every number declares one); a key's name gives its label (``label``), never its unit.
 """
 
@@ -155,9 +155,9 @@ def label(key: str) -> str:
 SHOWN_AS = {"us": "ms", "bytes": "MB", "share": "%", "gbps": "GB/s", "mib": "MiB", "count": ""}
 
 
-def units_of(finding: dict) -> dict[str, str]:
-    """Evidence key -> the unit it is shown in, as the finding's rule declares it (``render/evidence_units.py``)."""
-    return {k: SHOWN_AS[u] for k, u in EVIDENCE_UNITS.get(finding.get("id"), {}).items()}
+def units_of(finding_id: str) -> dict[str, str]:
+    """Evidence key -> the unit it is shown in, as the rule ``finding_id`` declares it (``render/evidence_units.py``)."""
+    return {k: SHOWN_AS[u] for k, u in EVIDENCE_UNITS.get(finding_id, {}).items()}
 
 
 def with_unit(unit: str | None, v) -> str:
@@ -199,7 +199,7 @@ def _value(key: str, v, unit: str | None, depth: int, items: int, units: dict[st
 
 def evidence_items(ev: dict, rank=None, items: int = 6, units: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """(label, value text) pairs of a finding's evidence, for one rank (the given one, else the first listed), each
-    in its declared unit (``units``: ``units_of(finding)``)."""
+    in its declared unit (``units``: ``units_of(finding_id)``)."""
     per_rank = ev.get("per_rank") if isinstance(ev, dict) else None
     src = ev
     if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):

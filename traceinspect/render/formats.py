@@ -8,8 +8,9 @@ this table (``cli/formats.py``).
 
 A renderer's signature follows its target:
 
-- ``file``: ``render(doc: dict) -> str``, the text the CLI writes (whole or not at all, or onto stdout for ``-``);
-- ``folder``: ``render(doc: dict, folder: Path, write) -> str | None``, into a folder the CLI made, each file
+- ``file``: ``render(doc: ReportDoc) -> str``, the text the CLI writes (whole or not at all, or onto stdout for
+  ``-``);
+- ``folder``: ``render(doc: ReportDoc, folder: Path, write) -> str | None``, into a folder the CLI made, each file
   through ``write(path, data: bytes)``; the return value, if any, is a line for stderr;
 - ``folder-or-default``: as ``folder``, but the option may be given bare (``--tensorboard``): the folder is then
   the report's input; the renderer makes its own folders.

@@ -3,8 +3,10 @@ back from)."""
 
 from __future__ import annotations
 
+from ..report.doc import ReportDoc
 
-def render_json(d: dict) -> str:
+
+def render_json(d: ReportDoc | dict) -> str:
     from ..report.io import dumps
 
     return dumps(d)

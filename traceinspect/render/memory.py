@@ -4,7 +4,9 @@ number is a field of the report."""
 
 from __future__ import annotations
 
+from ..report.doc import MemoryDoc, RankDoc, ReportDoc
 from . import safe
+from .document import given
 
 MB = 1e6
 GB = 1e9
@@ -17,39 +19,39 @@ def size(nbytes) -> str:
     return f"{nbytes / GB:.2f} GB" if abs(nbytes) >= GB else f"{nbytes / MB:.1f} MB"
 
 
-def not_recorded(d: dict) -> str | None:
+def not_recorded(d: ReportDoc) -> str | None:
     """One line for a report none of whose ranks recorded memory events: why, and how to record them."""
-    ranks = d.get("ranks") or []
-    if not ranks or any(r.get("memory") for r in ranks):
+    ranks = d.ranks
+    if not ranks or any(given(r.memory) is not None for r in ranks):
         return None
-    reason = next((r.get("memory_reason") for r in ranks if r.get("memory_reason")), None)
+    reason = next((r.memory_reason for r in ranks if given(r.memory_reason)), None)
     return f"not recorded: {reason}" if reason else None
 
 
-def headline(r: dict) -> str | None:
+def headline(r: RankDoc) -> str | None:
     """One line per rank with memory events: the peak, the capacity and its share, the batch and the largest batch
     that fits."""
-    m = r.get("memory")
+    m = given(r.memory)
     if m is None:
         return None
-    cap = m.get("capacity_bytes")
-    peak_r, peak_a = m.get("peak_reserved_bytes"), m.get("peak_allocated_bytes")
-    where = "host" if m.get("device_type") == 0 else f"device {m.get('device_id')}"
-    parts = [f"rank {r['rank']} ({where}): peak {size(peak_a)} allocated"]
+    cap = m.capacity_bytes
+    peak_r, peak_a = m.peak_reserved_bytes, m.peak_allocated_bytes
+    where = "host" if m.device_type == 0 else f"device {m.device_id}"
+    parts = [f"rank {r.rank} ({where}): peak {size(peak_a)} allocated"]
     if peak_r is not None:
         parts[0] += f", {size(peak_r)} reserved"
     if cap:
-        parts.append(f"of {size(cap)} ({100 * (m.get('peak_share') or 0):.0f} %)")
-    b = m.get("batch_size")
+        parts.append(f"of {size(cap)} ({100 * (m.peak_share or 0):.0f} %)")
+    b = m.batch_size
     if b:
-        accum = m.get("accumulation_steps")
+        accum = m.accumulation_steps
         parts.append(f"batch {b}" + (f" x {accum} accumulation steps" if accum and accum > 1 else ""))
-        mx = m.get("max_batch_predicted")
+        mx = m.max_batch_predicted
         if mx is not None:
             parts.append(f"largest batch predicted to fit {mx}")
-    if m.get("oom_events"):
-        parts.append(f"{m['oom_events']} failed allocation(s) ([OutOfMemory])")
-    growth = m.get("growth_bytes_per_step")
+    if m.oom_events:
+        parts.append(f"{m.oom_events} failed allocation(s) ([OutOfMemory])")
+    growth = m.growth_bytes_per_step
     if growth and abs(growth) >= MB:
         parts.append(f"grows {size(growth)} a step")
     return "; ".join(parts)
@@ -58,46 +60,46 @@ def headline(r: dict) -> str | None:
 STEP_HEAD = ["step", "start", "peak alloc", "peak at ms", "peak reserved", "slack", "end", "scales w/ batch"]
 
 
-def step_rows(m: dict) -> list[list[str]]:
-    return [[str(s["step"]), size(s.get("start_allocated_bytes")), size(s.get("peak_allocated_bytes")),
-             "-" if s.get("peak_at_us") is None else f"{s['peak_at_us'] / 1000:.2f}",
-             size(s.get("peak_reserved_bytes")), size(s.get("slack_at_peak_bytes")), size(s.get("end_allocated_bytes")),
-             size(s.get("scaling_at_peak_bytes"))] for s in m.get("steps", [])]
+def step_rows(m: MemoryDoc) -> list[list[str]]:
+    return [[str(s.step), size(s.start_allocated_bytes), size(s.peak_allocated_bytes),
+             "-" if s.peak_at_us is None else f"{s.peak_at_us / 1000:.2f}",
+             size(s.peak_reserved_bytes), size(s.slack_at_peak_bytes), size(s.end_allocated_bytes),
+             size(s.scaling_at_peak_bytes)] for s in m.steps]
 
 
 HOLDER_HEAD = ["held at the peak", "phase", "op", "bytes", "allocations"]
 
 
-def holder_rows(m: dict, limit: int = 8) -> list[list[str]]:
-    return [[h["origin"], h["phase"] or "-", safe.one_line(h["op"]) or "-", size(h["bytes"]),
-             str(h["count"]) if h["count"] else "-"] for h in m.get("peak_holders", [])[:limit]]
+def holder_rows(m: MemoryDoc, limit: int = 8) -> list[list[str]]:
+    return [[h.origin, h.phase or "-", safe.one_line(h.op) or "-", size(h.bytes), str(h.count) if h.count else "-"]
+            for h in m.peak_holders[:limit]]
 
 
 PREDICT_HEAD = ["batch", "predicted peak alloc", "with slack", "fits"]
 
 
-def predict_rows(m: dict) -> list[list[str]]:
+def predict_rows(m: MemoryDoc) -> list[list[str]]:
     rows = []
-    for p in m.get("predicted", []):
-        fits = "-" if p.get("fits") is None else ("yes" if p["fits"] else "no")
-        rows.append([str(p["batch"]) + (" (measured)" if p.get("measured") else ""), size(p["peak_allocated_bytes"]),
-                     size(p["peak_reserved_bytes"]), fits])
+    for p in m.predicted:
+        fits = "-" if p.fits is None else ("yes" if p.fits else "no")
+        rows.append([str(p.batch) + (" (measured)" if p.measured else ""), size(p.peak_allocated_bytes),
+                     size(p.peak_reserved_bytes), fits])
     return rows
 
 
-def accumulation_line(m: dict) -> str | None:
-    opts = [a for a in m.get("accumulation_options", []) if a.get("fits") is not False]
+def accumulation_line(m: MemoryDoc) -> str | None:
+    opts = [a for a in m.accumulation_options if a.fits is not False]
     if not opts:
         return None
-    logical = opts[0]["logical_batch"]
-    pairs = ", ".join(f"{a['batch']} x {a['accum_steps']}" + (" (now)" if a.get("current") else "") for a in opts)
+    logical = opts[0].logical_batch
+    pairs = ", ".join(f"{a.batch} x {a.accum_steps}" + (" (now)" if a.current else "") for a in opts)
     return f"batch x accumulation steps that keep the logical batch of {logical} and fit: {pairs}"
 
 
-def note(m: dict) -> str:
-    src = ("recorded by the capture" if m.get("unseen_source") == "capture"
+def note(m: MemoryDoc) -> str:
+    src = ("recorded by the capture" if m.unseen_source == "capture"
            else "assumed (memory_unseen_bytes): the capture did not record the device's free memory")
-    return (f"Unseen by the allocator (CUDA context, NCCL buffers, other processes): {size(m.get('unseen_bytes'))}, "
+    return (f"Unseen by the allocator (CUDA context, NCCL buffers, other processes): {size(m.unseen_bytes)}, "
             f"{src}. Predictions: docs/memory.md.")
 
 
@@ -116,18 +118,17 @@ def money(v) -> str:
     return f"{v:,.2f}" if v >= 0.01 else f"{v:.2g}"
 
 
-def cost_line(r: dict) -> str | None:
-    c = r.get("cost")
-    if not c or c.get("gpu_hours_per_million_samples") is None:
+def cost_line(r: RankDoc) -> str | None:
+    c = given(r.cost)
+    if c is None or c.gpu_hours_per_million_samples is None:
         return None
-    line = f"rank {r['rank']}: {gpu_time(c['gpu_hours_per_million_samples'])} per million samples"
-    if c.get("projected_gpu_hours_per_million_samples") is not None:
-        line += f", {gpu_time(c['projected_gpu_hours_per_million_samples'])} with every finding fixed"
-    if c.get("cost_per_million_samples") is not None:
-        line += (f"; {money(c['cost_per_million_samples'])} per million samples at {c['gpu_hour_price']:g} a "
-                 "GPU-hour")
-        if c.get("projected_cost_per_million_samples") is not None:
-            line += f" ({money(c['projected_cost_per_million_samples'])} fixed)"
+    line = f"rank {r.rank}: {gpu_time(c.gpu_hours_per_million_samples)} per million samples"
+    if c.projected_gpu_hours_per_million_samples is not None:
+        line += f", {gpu_time(c.projected_gpu_hours_per_million_samples)} with every finding fixed"
+    if c.cost_per_million_samples is not None:
+        line += f"; {money(c.cost_per_million_samples)} per million samples at {c.gpu_hour_price:g} a GPU-hour"
+        if c.projected_cost_per_million_samples is not None:
+            line += f" ({money(c.projected_cost_per_million_samples)} fixed)"
     return line
 
 
@@ -135,21 +136,21 @@ TRADEOFF_HEAD = ["batch x accum", "ms per logical batch", "peak alloc", "all-red
                  "GPU per M samples", ""]
 
 
-def tradeoff_rows(r: dict) -> list[list[str]]:
+def tradeoff_rows(r: RankDoc) -> list[list[str]]:
     rows = []
-    for o in r.get("tradeoff") or []:
-        mark = ", ".join(x for x, on in (("now", o.get("current")), ("best", o.get("best")),
-                                         (f"{o.get('precision')}, projected", o.get("precision")),
-                                         ("fit not known", o.get("fits") is None and not o.get("precision"))) if on)
-        gh = o.get("gpu_hours_per_million_samples")
-        rows.append([f"{o['batch']} x {o['accum_steps']}", f"{o['step_ms']:.2f}", size(o.get("peak_bytes")),
-                     str(o["allreduces"]), f"{o['samples_per_s']:,.0f}", gpu_time(gh), mark])
+    for o in given(r.tradeoff) or []:
+        precision = given(o.precision)
+        mark = ", ".join(x for x, on in (("now", o.current), ("best", o.best),
+                                         (f"{precision}, projected", precision),
+                                         ("fit not known", o.fits is None and not precision)) if on)
+        rows.append([f"{o.batch} x {o.accum_steps}", f"{o.step_ms:.2f}", size(o.peak_bytes), str(o.allreduces),
+                     f"{o.samples_per_s:,.0f}", gpu_time(o.gpu_hours_per_million_samples), mark])
     return rows
 
 
-def tradeoff_title(r: dict) -> str | None:
-    m = r.get("tradeoff_model")
-    if not m:
+def tradeoff_title(r: RankDoc) -> str | None:
+    m = given(r.tradeoff_model)
+    if m is None:
         return None
-    return (f"rank {r['rank']}: the logical batch of {m['logical_batch']} as physical batch x accumulation steps, "
+    return (f"rank {r.rank}: the logical batch of {m.logical_batch} as physical batch x accumulation steps, "
             "predicted from this trace (docs/metrics.md, \"The trade-off table\")")

@@ -3,8 +3,8 @@
 Each ``*_figure`` function returns a ``matplotlib.figure.Figure``, or None when the report has nothing to show for
 it (one rank for the rank comparison, no collectives for message sizes, no timeline...). ``write_plots`` writes the
 ones that exist as PNGs. Like every renderer, they format and scale (us -> ms, bytes -> MiB) but do not compute:
-everything comes from the report document ``d`` (``report.to_dict()`` or a saved report.json), so a saved report
-draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s. A name from the trace
+everything comes from the typed report document (``report_folder(...).doc`` or a saved report.json), so a saved
+report draws the same pictures as the run that wrote it. Colours and labels are ``vocabulary``'s. A name from the trace
 (a collective's, a cause) is drawn through ``safe.plot_text``: shortened, control characters visible, ``$`` escaped, so
 it is never read as mathtext.
 """
@@ -24,6 +24,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from . import format as fmt, safe, timeline_plot, tradeoff_plot, vocabulary, waterfall
+from ..report.doc import RankDoc, ReportDoc
+from .document import given, report_doc
 from .vocabulary import PALETTE, LABELS, color, label
 
 DPI = 120
@@ -58,38 +60,37 @@ def _legend_outside(ax, handles, title: str | None = None) -> None:
               title=title, fontsize=9, title_fontsize=9)
 
 
-def _ranks_with_steps(d: dict) -> list[dict]:
-    return [r for r in d.get("ranks", []) if r.get("steps")]
+def _ranks_with_steps(d: ReportDoc) -> list[RankDoc]:
+    return [r for r in d.ranks if r.steps]
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # 1. Step breakdown
 
 
-def step_breakdown_figure(d: dict) -> Figure | None:
+def step_breakdown_figure(d: ReportDoc | dict) -> Figure | None:
     """Stacked bars: each step of each rank split into the breakdown categories (ms); the stack's height is the
     step's wall time. Too many bars for one picture (> MAX_BARS) -> one bar per rank, the rank's mean step."""
-    ranks = _ranks_with_steps(d)
+    ranks = _ranks_with_steps(report_doc(d))
     if not ranks:
         return None
-    n_bars = sum(len(r["steps"]) for r in ranks)
+    n_bars = sum(len(r.steps) for r in ranks)
     per_rank_mean = n_bars > MAX_BARS
     bars = []  # (x, rank, label, basis, breakdown dict, wall)
     groups = []  # (x_start, x_end, rank)
     x = 0.0
     for r in ranks:
-        basis = r["basis"]
+        basis = r.basis
         if per_rank_mean:
-            s = r["summary"]
-            bars.append((x, r["rank"], f"{r['rank']}", basis, s.get("mean_breakdown_us") or {}, s.get("mean_wall_us")))
+            s = r.summary
+            bars.append((x, r.rank, f"{r.rank}", basis, given(s.mean_breakdown_us) or {}, given(s.mean_wall_us)))
             x += 1
             continue
         x0 = x
-        for s in r["steps"]:
-            bars.append((x, r["rank"], str(s["step"]) + ("*" if s.get("synthetic") else ""), basis, s["breakdown_us"],
-                         s["wall_us"]))
+        for s in r.steps:
+            bars.append((x, r.rank, str(s.step) + ("*" if s.synthetic else ""), basis, s.breakdown_us, s.wall_us))
             x += 1
-        groups.append((x0, x - 1, r["rank"]))
+        groups.append((x0, x - 1, r.rank))
         x += 0.6  # gap between ranks
     n = len(bars)
     fig = _new_figure(_clamp(3.5 + 0.32 * n, 7.5, 16.0), 4.8)
@@ -148,37 +149,40 @@ def step_breakdown_figure(d: dict) -> Figure | None:
 # 2. One step's GPU timeline
 
 
-def timeline_figure(d: dict, rank: int | None = None) -> Figure | None:
+def timeline_figure(d: ReportDoc | dict, rank: int | None = None) -> Figure | None:
     """One step's GPU activity at true scale (``timeline_plot``); None when no rank has a timeline."""
-    return timeline_plot.figure(d, rank, _new_figure)
+    return timeline_plot.figure(report_doc(d), rank, _new_figure)
 
 
-def waterfall_figure(d: dict) -> Figure | None:
+def waterfall_figure(d: ReportDoc | dict) -> Figure | None:
     """Measured step -> each finding's claimed time -> projected step (``waterfall``); None without claims."""
-    return waterfall.figure(d, _new_figure)
+    return waterfall.figure(report_doc(d), _new_figure)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # 3. Collective message sizes against the DDP bucket cap
 
 
-def _collectives(d: dict, rank: int | None):
-    """(rank id, rows) of one rank's collectives (rank 0 when present), from its steps in the document."""
+def _collectives(d: ReportDoc, rank: int | None):
+    """(rank id, rows) of one rank's collectives (rank 0 when present), from its steps in the document: the step,
+    name, bytes and phase of each."""
     import pandas as pd
 
-    for r in sorted(d.get("ranks", []), key=lambda r: (r["rank"] != 0, r["rank"])):
-        if rank is not None and r["rank"] != rank:
+    for r in sorted(d.ranks, key=lambda r: (r.rank != 0, r.rank)):
+        if rank is not None and r.rank != rank:
             continue
-        rows = [c for s in r["steps"] for c in s.get("collectives") or []]
+        rows = [c for s in r.steps for c in given(s.collectives) or []]
         if rows:
-            return r["rank"], pd.DataFrame(rows)
+            return r.rank, pd.DataFrame({"step": [c.step for c in rows], "name": [c.name for c in rows],
+                                         "bytes": [c.bytes for c in rows], "phase": [c.phase for c in rows]})
     return None, None
 
 
-def _bucket_cap(d: dict, rank: int) -> tuple[float, str]:
-    for r in d.get("ranks", []):
-        if r["rank"] == rank:
-            mb = ((r.get("metadata") or {}).get("ddp") or {}).get("bucket_cap_mb")
+def _bucket_cap(d: ReportDoc, rank: int) -> tuple[float, str]:
+    for r in d.ranks:
+        if r.rank == rank:
+            # the DDP object's settings as the capture recorded them (an open section of the capture metadata)
+            mb = (given(r.metadata.ddp) or {}).get("bucket_cap_mb")
             if isinstance(mb, (int, float)) and mb > 0:
                 return float(mb), "from the capture"
     return 25.0, "DDP default"
@@ -192,9 +196,10 @@ def _fmt_bytes(b: float, _pos=None) -> str:
     return f"{b:.0f} B"
 
 
-def message_sizes_figure(d: dict, rank: int | None = None) -> Figure | None:
+def message_sizes_figure(d: ReportDoc | dict, rank: int | None = None) -> Figure | None:
     """Every collective of one rank (rank 0 when present) on a log byte axis, one row per collective, against the
     DDP bucket cap. Gradient all-reduces (backward) are filled, the rest hollow. None when no sizes are known."""
+    d = report_doc(d)
     rk, colls = _collectives(d, rank)
     if colls is None:
         return None
@@ -287,68 +292,69 @@ def cap_note(cap_mb: float, cap_src: str, sizes) -> str:
 # 4. Ranks side by side
 
 
-def ranks_figure(d: dict) -> Figure | None:
+def ranks_figure(d: ReportDoc | dict) -> Figure | None:
     """One bar per rank: its mean step split by category (min-max step whisker), and beside it the time it loses
     (GPU idle; waiting for other ranks at collectives, from the cross-rank analysis). None with fewer than 2 ranks."""
-    ranks = [r for r in _ranks_with_steps(d) if r["summary"].get("steps")]
+    d = report_doc(d)
+    ranks = [r for r in _ranks_with_steps(d) if r.summary.steps]
     if len(ranks) < 2:
         return None
-    cr = d.get("cross_rank") or {}
-    wait = {p["rank"]: p.get("wait_per_step_us") for p in cr.get("per_rank") or [] if "rank" in p}
-    strag = cr.get("straggler") or {}
+    wait = {p.rank: p.wait_per_step_us for p in given(d.cross_rank.per_rank) or []}
+    strag = given(d.cross_rank.straggler)
     n = len(ranks)
     fig = _new_figure(12.0, _clamp(1.8 + 0.42 * n, 3.2, 16.0))
     ax, ax2 = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 1.4]})
     used: list[str] = []
     ys = list(range(n))[::-1]
     for y, r in zip(ys, ranks):
-        s = r["summary"]
+        s = r.summary
+        breakdown = given(s.mean_breakdown_us) or {}
         left = 0.0
-        for key in _keys(r["basis"]):
-            w = _ms((s.get("mean_breakdown_us") or {}).get(key))
+        for key in _keys(r.basis):
+            w = _ms(breakdown.get(key))
             if w <= 0:
                 continue
             ax.barh(y, w, left=left, height=0.7, color=color(key), edgecolor="white", linewidth=0.3,
-                    gid=f"mean:{r['rank']}:{key}")
+                    gid=f"mean:{r.rank}:{key}")
             left += w
             if key not in used:
                 used.append(key)
-        lo, hi, mean = _ms(s.get("min_wall_us")), _ms(s.get("max_wall_us")), _ms(s.get("mean_wall_us"))
+        lo, hi, mean = _ms(given(s.min_wall_us)), _ms(given(s.max_wall_us)), _ms(given(s.mean_wall_us))
         ax.errorbar(mean, y, xerr=[[max(mean - lo, 0)], [max(hi - mean, 0)]], fmt="none", ecolor="#222222",
                     elinewidth=1.0, capsize=3)
-        ax.annotate(fmt.ms(s.get("mean_wall_us"), 1), xy=(hi, y), xytext=(5, 0), textcoords="offset points", va="center",
-                    fontsize=8)
-        idle = (s.get("mean_breakdown_us") or {}).get("idle") if r["basis"] == "gpu" else None
+        ax.annotate(fmt.ms(given(s.mean_wall_us), 1), xy=(hi, y), xytext=(5, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+        idle = breakdown.get("idle") if r.basis == "gpu" else None
         if idle is not None:
             ax2.barh(y + 0.18, _ms(idle), height=0.34, color=color("idle"), edgecolor="#777777", linewidth=0.4,
-                     gid=f"idle:{r['rank']}")
-        if wait.get(r["rank"]) is not None:
-            ax2.barh(y - 0.18, _ms(wait[r["rank"]]), height=0.34, color=PALETTE["wait"], gid=f"wait:{r['rank']}")
+                     gid=f"idle:{r.rank}")
+        if wait.get(r.rank) is not None:
+            ax2.barh(y - 0.18, _ms(wait[r.rank]), height=0.34, color=PALETTE["wait"], gid=f"wait:{r.rank}")
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"rank {r['rank']}" for r in ranks], fontsize=9)
+    ax.set_yticklabels([f"rank {r.rank}" for r in ranks], fontsize=9)
     for tl_, r in zip(ax.get_yticklabels(), ranks):
-        if strag and r["rank"] == strag.get("rank"):
+        if strag is not None and r.rank == strag.rank:
             tl_.set_fontweight("bold")
             tl_.set_color("#B00020")
     ax.set_xlabel("mean step time (ms); whisker = fastest to slowest step")
     ax.set_title("Mean step by category", fontsize=10)
     ax2.set_xlabel("ms per step")
     ax2.set_title("Time lost per step", fontsize=10)
-    xmax = max(_ms(r["summary"].get("max_wall_us")) for r in ranks)
+    xmax = max(_ms(given(r.summary.max_wall_us)) for r in ranks)
     ax.set_xlim(0, xmax * 1.18 if xmax > 0 else 1)
     for a in (ax, ax2):
         a.grid(axis="x", alpha=0.3)
         a.set_axisbelow(True)
         a.spines[["top", "right"]].set_visible(False)
     title = f"Ranks side by side ({n} ranks)"
-    if strag and strag.get("rank") is not None:
-        cause = (strag.get("cause") or {}).get("label")
-        title += (f" · straggler: rank {strag['rank']}, last at {strag.get('last_count')} of "
-                  f"{strag.get('matched')} collectives" + (f" ({safe.plot_text(cause)})" if cause else ""))
+    if strag is not None:
+        cause = strag.cause.label if strag.cause is not None else None
+        title += (f" · straggler: rank {strag.rank}, last at {strag.last_count} of "
+                  f"{strag.matched} collectives" + (f" ({safe.plot_text(cause)})" if cause else ""))
     fig.suptitle(title, fontsize=11)
     handles = [Patch(facecolor=color(k), label=label(k)) for k in used]
     lost = []
-    if any(r["basis"] == "gpu" for r in ranks):
+    if any(r.basis == "gpu" for r in ranks):
         lost.append(Patch(facecolor=color("idle"), edgecolor="#777777", label="GPU idle"))
     if wait:
         lost.append(Patch(facecolor=PALETTE["wait"], label="waiting for other\nranks (collectives)"))
@@ -357,18 +363,19 @@ def ranks_figure(d: dict) -> Figure | None:
     return fig
 
 
-def tradeoff_figure(d: dict) -> Figure | None:
+def tradeoff_figure(d: ReportDoc | dict) -> Figure | None:
     """Time per logical batch and peak memory across the batch x accumulation options, the device's capacity, the
     current and best rows marked (``tradeoff_plot``); None without a trade-off table."""
-    return tradeoff_plot.figure(d, _new_figure)
+    return tradeoff_plot.figure(report_doc(d), _new_figure)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def figures(d: dict) -> dict[str, Figure]:
+def figures(d: ReportDoc | dict) -> dict[str, Figure]:
     """Every plot the report supports, by file stem, in reading order; plots with nothing to show are left out.
     Drawn from the document alone."""
+    d = report_doc(d)
     out: dict[str, Figure] = {}
     for name, make in (
         ("waterfall", lambda: waterfall_figure(d)),
@@ -390,9 +397,10 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def write_plots(d: dict, out_dir, write=None) -> list[Path]:
+def write_plots(d: ReportDoc | dict, out_dir, write=None) -> list[Path]:
     """Write each plot as ``<out_dir>/<name>.png``; returns the paths written (in reading order). ``write(path,
     data)`` writes one file (default ``Path.write_bytes``; the CLI passes its atomic ``output.write_file``)."""
+    d = report_doc(d)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write = write or Path.write_bytes

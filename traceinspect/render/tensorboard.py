@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
+from ..report.doc import RankDoc, ReportDoc
 from . import safe, sections
+from .document import given, report_doc
 from .sections import verdict
 
 md = safe.markdown
@@ -44,38 +46,39 @@ def _tb():
     return event_pb2, summary_pb2, text_metadata, EventFileWriter, tensor_util
 
 
-def scalar_rows(rank: dict) -> list[tuple[int, str, float]]:
+def scalar_rows(rank: RankDoc) -> list[tuple[int, str, float]]:
     """(step, tag, value) of one rank: every scalar we write, in display units (ms, MB). Formatting only."""
     rows = []
-    for s in rank.get("steps") or []:
-        step = int(s["step"])
+    for s in rank.steps:
+        step = int(s.step)
 
         def put(tag, v, scale):
+            v = given(v)
             if v is not None:
                 rows.append((step, tag, float(v) / scale))
 
-        put("step/wall_ms", s.get("wall_us"), 1e3)
-        for k, v in (s.get("breakdown_us") or {}).items():
+        put("step/wall_ms", s.wall_us, 1e3)
+        for k, v in s.breakdown_us.items():
             put(f"breakdown_ms/{k}", v, 1e3)
-        if rank.get("basis") == "gpu":
-            put("step/gpu_busy_ms", s.get("gpu_busy_us"), 1e3)
-        put("cpu/dataloader_ms", s.get("dataloader_us"), 1e3)
-        put("cpu/sync_ms", s.get("sync_us"), 1e3)
-        put("copies_mb/h2d", s.get("h2d_bytes"), 1e6)
-        put("copies_mb/pageable_h2d", s.get("pageable_h2d_bytes"), 1e6)
-        put("copies_mb/d2h", s.get("d2h_bytes"), 1e6)
+        if rank.basis == "gpu":
+            put("step/gpu_busy_ms", s.gpu_busy_us, 1e3)
+        put("cpu/dataloader_ms", s.dataloader_us, 1e3)
+        put("cpu/sync_ms", s.sync_us, 1e3)
+        put("copies_mb/h2d", s.h2d_bytes, 1e6)
+        put("copies_mb/pageable_h2d", s.pageable_h2d_bytes, 1e6)
+        put("copies_mb/d2h", s.d2h_bytes, 1e6)
     return rows
 
 
-def findings_markdown(d: dict, rank: int) -> str:
+def findings_markdown(d: ReportDoc, rank: int) -> str:
     """The findings that concern ``rank`` as Markdown for TensorBoard's Text tab: blank lines around every list and
     code block (the Text tab's Markdown needs them), values written by ``format``."""
-    fs = [f for f in d.get("findings") or [] if rank in (f.get("ranks") or [])]
+    fs = [f for f in d.findings if rank in f.ranks]
     if not fs:
         return "No problems found on this rank."
     out = []
     for f in fs:
-        out += [f"### [{md(f['severity'])}] {md(f['id'])}: {md(sections.title(f))}", "", md(sections.finding_meta(f)), ""]
+        out += [f"### [{md(f.severity)}] {md(f.id)}: {md(sections.title(f))}", "", md(sections.finding_meta(f)), ""]
         out += [f"* {md(line)}" for line in sections.evidence_lines(f, rank=rank, items=3)]
         out += ["", "Fix:", ""]
         out += ["    " + line for line in sections.fix_lines(f)]
@@ -87,12 +90,14 @@ def run_dir(logdir, rank: int) -> Path:
     return Path(logdir) / RUN_DIR / f"rank{rank}"
 
 
-def write_tensorboard(d: dict, logdir) -> str:
+def write_tensorboard(d: ReportDoc | dict, logdir) -> str:
     """Write every rank's run under ``<logdir>/traceinspect``; returns that folder. ``logdir`` may be a trace file
     (its folder is used) or a new folder (made). One-line ``UsageError`` when tensorboard is missing or the folder
     cannot be written (a read-only trace folder: pass another with ``--tensorboard DIR``)."""
     event_pb2, summary_pb2, text_metadata, EventFileWriter, tensor_util = _tb()
     import numpy as np
+
+    d = report_doc(d)
 
     base = Path(logdir)
     if base.is_file():
@@ -100,8 +105,8 @@ def write_tensorboard(d: dict, logdir) -> str:
     root = base / RUN_DIR
     now = time.time()
     try:
-        for r in d.get("ranks") or []:
-            rdir = run_dir(base, r["rank"])
+        for r in d.ranks:
+            rdir = run_dir(base, r.rank)
             rdir.mkdir(parents=True, exist_ok=True)
             for old in rdir.glob(f"events.out.tfevents.*{SUFFIX}"):
                 old.unlink()
@@ -110,10 +115,10 @@ def write_tensorboard(d: dict, logdir) -> str:
                 for step, tag, value in scalar_rows(r):
                     summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
                     w.add_event(event_pb2.Event(wall_time=now, step=step, summary=summ))
-                last = max((int(s["step"]) for s in r.get("steps") or []), default=0)
+                last = max((int(s.step) for s in r.steps), default=0)
                 meta = text_metadata.create_summary_metadata(display_name=None, description="")
                 for tag, text in (("traceinspect/verdict", md(verdict(d))),
-                                  ("traceinspect/findings", findings_markdown(d, r["rank"]))):
+                                  ("traceinspect/findings", findings_markdown(d, r.rank))):
                     tensor = tensor_util.make_tensor_proto(text.encode("utf-8"), dtype=np.object_)
                     summ = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
                     w.add_event(event_pb2.Event(wall_time=now, step=last, summary=summ))
@@ -125,6 +130,6 @@ def write_tensorboard(d: dict, logdir) -> str:
     return str(root)
 
 
-def write_tensorboard_folder(d: dict, logdir, write=None) -> str:
+def write_tensorboard_folder(d: ReportDoc | dict, logdir, write=None) -> str:
     """The ``--tensorboard`` output (``render/formats.py``): ``write_tensorboard``, and the line that says where."""
     return f"TensorBoard summaries written to {write_tensorboard(d, logdir)}"

@@ -1,7 +1,7 @@
-"""The terminal report, from the JSON report dict (so a saved report.json renders the same way).
+"""The terminal report, from the typed report document (so a saved report.json renders the same way).
 
 Sections in ``vocabulary.SECTIONS`` order: verdict, waterfall, findings, per-step tables, nvidia-smi view, skipped
-files. Renderers format; they do not compute: every number comes from the report dict, written by ``format``.
+files. Renderers format; they do not compute: every number comes from the report, written by ``format``.
 Everything is printed as rich ``Text`` (``plain``), never as markup, on a console that reads no markup or emoji
 codes either: a name or path holding ``[/x]`` or ``:smile:`` prints as written, and its control characters as
 visible escapes (``safe.visible``).
@@ -18,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import format as fmt, layout, safe, sections, throughput, waterfall
+from ..report.doc import RankDoc, ReportDoc
+from .document import given, report_doc
 from .sections import shown_steps, verdict  # noqa: F401  (verdict: re-exported for callers)
 from .vocabulary import CPU_BREAKDOWN, GPU_BREAKDOWN
 
@@ -61,10 +63,10 @@ def code(console: Console, lines: list[str], indent: int, style: str = "") -> No
         console.print(plain(" " * indent + line, style), soft_wrap=True)
 
 
-def _step_tables(r: dict, width: int) -> list[Table]:
+def _step_tables(r: RankDoc, width: int) -> list[Table]:
     """The rank's step table; split into groups of columns (each with the step column) when wider than ``width``."""
     head = sections.step_header(r)
-    rows = [sections.step_cells(r, s) for s in shown_steps(r["steps"])]
+    rows = [sections.step_cells(r, s) for s in shown_steps(r.steps)]
     widths = [max([cell_len(h)] + [cell_len(row[i]) for row in rows]) + (1 if i else 0) for i, h in enumerate(head)]
     tables = []
     for group in layout.column_groups(widths, width):
@@ -77,28 +79,28 @@ def _step_tables(r: dict, width: int) -> list[Table]:
     return tables
 
 
-def _waterfall(d: dict, console: Console) -> None:
+def _waterfall(d: ReportDoc, console: Console) -> None:
     w = waterfall.rows(d)
     if w is None:
         return
     console.print()
-    say(console, f"Where the step could go (rank {w['rank']}): the measured step, each finding's claimed time, "
+    say(console, f"Where the step could go (rank {w.rank}): the measured step, each finding's claimed time, "
                  "the projected step", style="bold")
     for line in waterfall.bar_lines(w, columns=console.width - 2):
         say(console, line, indent=2, hang=4)
 
 
-def _findings(d: dict, console: Console) -> None:
+def _findings(d: ReportDoc, console: Console) -> None:
     console.print()
-    if not d["findings"]:
+    if not d.findings:
         console.print(Text("No problems found.", style="bold green"))
         return
-    console.print(Text(f"Findings ({len(d['findings'])})", style="bold"))
+    console.print(Text(f"Findings ({len(d.findings)})", style="bold"))
     shortened = False
-    for f in d["findings"]:
+    for f in d.findings:
         head = Text()
-        head.append(plain(f"[{f['severity']}] ", style=SEV_STYLE.get(f["severity"], "")))
-        head.append(plain(f"{f['id']}: ", style="bold"))
+        head.append(plain(f"[{f.severity}] ", style=SEV_STYLE.get(f.severity, "")))
+        head.append(plain(f"{f.id}: ", style="bold"))
         head.append(plain(sections.title(f)))
         say(console, head)
         say(console, sections.finding_meta(f), indent=2)
@@ -115,8 +117,8 @@ def _findings(d: dict, console: Console) -> None:
                      "whole)", style="dim")
 
 
-def _ranks(d: dict, console: Console) -> None:
-    for r in d["ranks"]:
+def _ranks(d: ReportDoc, console: Console) -> None:
+    for r in d.ranks:
         console.print()
         say(console, sections.rank_title(r), style="bold")
         for t in _step_tables(r, console.width):
@@ -125,22 +127,22 @@ def _ranks(d: dict, console: Console) -> None:
             say(console, note, style="dim")
     for note in sections.footnotes(d):
         say(console, note, style="dim")
-    if d.get("missing_ranks"):
+    if d.missing_ranks:
         console.print()
-        say(console, f"Missing ranks (no usable trace file): {fmt.ranges(d['missing_ranks'])}", style="bold")
+        say(console, f"Missing ranks (no usable trace file): {fmt.ranges(d.missing_ranks)}", style="bold")
 
 
-def _throughput(d: dict, console: Console) -> None:
+def _throughput(d: ReportDoc, console: Console) -> None:
     if not throughput.has_any(d):
         return
     console.print()
     console.print(plain("Throughput, FLOPs and MFU (docs/metrics.md)", style="bold"))
     for line in throughput.job_lines(d):
         say(console, line, indent=2)
-    for r in d["ranks"]:
+    for r in d.ranks:
         lines = throughput.rank_lines(r)
         if lines:
-            say(console, f"rank {r['rank']}:", indent=2)
+            say(console, f"rank {r.rank}:", indent=2)
             for line in lines:
                 say(console, line, indent=4)
         rows = throughput.roofline_rows(r)
@@ -148,8 +150,8 @@ def _throughput(d: dict, console: Console) -> None:
             _tables(console, throughput.ROOFLINE_HEAD, rows, left=3, indent=0)
 
 
-def _utilization(d: dict, console: Console) -> None:
-    lines = [(r["rank"], sections.utilization(r)) for r in d["ranks"]]
+def _utilization(d: ReportDoc, console: Console) -> None:
+    lines = [(r.rank, sections.utilization(r)) for r in d.ranks]
     lines = [(rk, u) for rk, u in lines if u]
     if not lines:
         return
@@ -172,10 +174,10 @@ def _tables(console: Console, head: list[str], rows: list[list[str]], left: int 
         console.print(t)
 
 
-def _memory(d: dict, console: Console) -> None:
+def _memory(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    lines = [(r, mem.headline(r)) for r in d["ranks"]]
+    lines = [(r, mem.headline(r)) for r in d.ranks]
     lines = [(r, h) for r, h in lines if h]
     missing = mem.not_recorded(d)
     if missing:
@@ -187,8 +189,8 @@ def _memory(d: dict, console: Console) -> None:
     say(console, "Memory (docs/memory.md)", style="bold")
     for r, h in lines:
         say(console, h, indent=2)
-        m = r.get("memory")
-        if not m:
+        m = given(r.memory)
+        if m is None:
             continue
         for head, rows, left in ((mem.STEP_HEAD, mem.step_rows(m), 1), (mem.HOLDER_HEAD, mem.holder_rows(m, 6), 3),
                                  (mem.PREDICT_HEAD, mem.predict_rows(m), 1)):
@@ -199,11 +201,11 @@ def _memory(d: dict, console: Console) -> None:
                 say(console, n, indent=2, style="dim")
 
 
-def _cost(d: dict, console: Console) -> None:
+def _cost(d: ReportDoc, console: Console) -> None:
     from . import memory as mem
 
-    costs = [c for c in (mem.cost_line(r) for r in d["ranks"]) if c]
-    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d["ranks"]]
+    costs = [c for c in (mem.cost_line(r) for r in d.ranks) if c]
+    tables = [(mem.tradeoff_title(r), mem.tradeoff_rows(r)) for r in d.ranks]
     tables = [(t, rows) for t, rows in tables if t and rows]
     if not costs and not tables:
         return
@@ -216,9 +218,8 @@ def _cost(d: dict, console: Console) -> None:
         _tables(console, mem.TRADEOFF_HEAD, rows)
 
 
-def render(d: dict, console: Console) -> None:
-    n = d.get("ranks_analyzed", len(d["ranks"]))
-    world = d.get("world_size")
+def render(d: ReportDoc, console: Console) -> None:
+    n, world = d.ranks_analyzed, d.world_size
     say(console, f"traceinspect report: {sections.source(d)}", style="bold")
     say(console, f"{n} of {world or n} ranks analyzed" + (f" (world size {world})" if world else ""))
     for line in sections.runs_lines(d):  # several runs, windows or copies in the folder (docs/folders.md)
@@ -233,22 +234,22 @@ def render(d: dict, console: Console) -> None:
     _utilization(d, console)
     _memory(d, console)
     _cost(d, console)
-    if d.get("errors"):
+    if d.errors:
         console.print()
         for e in sections.errors(d):
             say(console, f"analysis error: {e}", style="red")
-    if d["skipped"]:
+    if d.skipped:
         console.print()
-        say(console, f"Skipped files ({len(d['skipped'])})", style="bold")
+        say(console, f"Skipped files ({len(d.skipped)})", style="bold")
         for line in sections.skipped(d):
             say(console, line, indent=2, hang=4)
 
 
-def render_text(d: dict, width: int = 120, color: bool = False) -> str:
+def render_text(doc: ReportDoc | dict, width: int = 120, color: bool = False) -> str:
     """The terminal report in ``width`` columns: prose wrapped at spaces, the step table split into groups of
     columns, the waterfall's bars scaled, fix code broken only where Python allows (``layout``)."""
     buf = io.StringIO()
-    render(d, console_for(buf, width, color))
+    render(report_doc(doc), console_for(buf, width, color))
     return buf.getvalue()
 
 

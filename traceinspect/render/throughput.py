@@ -1,12 +1,14 @@
 """The throughput section's words and numbers, for every renderer: per rank and for the job, samples and tokens per
 second, model FLOPs per step, achieved TFLOP/s, MFU and GPU time per sample, each unknown one with its reason; and
-the roofline table (the op groups that lose the most kernel time against the device's roofline). From the report
-dict only (``ranks[].throughput``, ``throughput``): formatting, no computing (docs/metrics.md).
+the roofline table (the op groups that lose the most kernel time against the device's roofline). From the typed
+report only (``ranks[].throughput``, ``throughput``): formatting, no computing (docs/metrics.md).
 """
 
 from __future__ import annotations
 
+from ..report.doc import JobThroughputDoc, RankDoc, ReportDoc, ThroughputDoc
 from . import format as fmt
+from .document import given
 
 ROOFLINE_SHOWN = 5
 ROOFLINE_HEAD = ["op", "input shapes", "dtype", "calls", "GFLOP", "kernel ms", "FLOP/B", "TFLOP/s", "roof TFLOP/s",
@@ -37,75 +39,78 @@ def _gpu_time(hours) -> str:
     return f"{fmt.number(hours * 3600)} GPU-seconds"
 
 
-def _value(t: dict, key: str, text: str) -> str:
-    """The formatted value, or ``-`` with the reason it is not known."""
-    if t.get(key) is not None:
+Figures = ThroughputDoc | JobThroughputDoc
+
+
+def _value(t: Figures, v, field: str, text: str) -> str:
+    """``text`` (the formatted value ``v``), or ``-`` with the reason the figure ``field`` is not known."""
+    if v is not None:
         return text
-    why = (t.get("reasons") or {}).get(key)
+    why = t.reasons.get(field)
     return f"- ({why})" if why else fmt.DASH
 
 
-def _figures(t: dict) -> list[str]:
-    mfu = t.get("mfu")
-    peak = ""
-    if t.get("peak_tflops") is not None:
-        peak = f" of {t.get('peak_device')} {t.get('precision')} {fmt.number(t['peak_tflops'], 4)} TFLOP/s"
+def _figures(t: Figures, peak: str = "") -> list[str]:
+    """The figures of a rank or of the job; ``peak``: the device peak the MFU is a share of."""
     return [
-        "samples/s " + _value(t, "samples_per_s", fmt.number(t.get("samples_per_s"), 4)),
-        "tokens/s " + _value(t, "tokens_per_s", fmt.number(t.get("tokens_per_s"), 4)),
-        "model FLOPs per step " + _value(t, "model_flops_per_step", _tera(t.get("model_flops_per_step"))),
-        "achieved " + _value(t, "achieved_tflops", _rate(t.get("achieved_tflops"))),
-        "MFU " + _value(t, "mfu", f"{fmt.pct(mfu, 2)}{peak}"),
-        "GPU time per million samples " + _value(t, "gpu_hours_per_million_samples",
-                                                 _gpu_time(t.get("gpu_hours_per_million_samples"))),
+        "samples/s " + _value(t, t.samples_per_s, "samples_per_s", fmt.number(t.samples_per_s, 4)),
+        "tokens/s " + _value(t, t.tokens_per_s, "tokens_per_s", fmt.number(t.tokens_per_s, 4)),
+        "model FLOPs per step " + _value(t, t.model_flops_per_step, "model_flops_per_step",
+                                         _tera(t.model_flops_per_step)),
+        "achieved " + _value(t, t.achieved_tflops, "achieved_tflops", _rate(t.achieved_tflops)),
+        "MFU " + _value(t, t.mfu, "mfu", f"{fmt.pct(t.mfu, 2)}{peak}"),
+        "GPU time per million samples " + _value(t, t.gpu_hours_per_million_samples, "gpu_hours_per_million_samples",
+                                                 _gpu_time(t.gpu_hours_per_million_samples)),
     ]
 
 
-def rank_lines(r: dict) -> list[str]:
+def _none_known(t: Figures) -> bool:
+    return all(v is None for v in (t.samples_per_s, t.tokens_per_s, t.model_flops_per_step, t.achieved_tflops, t.mfu,
+                                   t.gpu_hours_per_million_samples))
+
+
+def rank_lines(r: RankDoc) -> list[str]:
     """A rank's figures, one per line, with where the batch came from."""
-    t = r.get("throughput")
-    if not t:
+    t = given(r.throughput)
+    if t is None:
         return []
-    main = ("samples_per_s", "tokens_per_s", "model_flops_per_step", "achieved_tflops", "mfu",
-            "gpu_hours_per_million_samples")
-    if all(t.get(k) is None for k in main):
-        why = t.get("reasons") or {}
-        return ["no figure known: samples " + (why.get("samples_per_s") or fmt.DASH) + "; FLOPs "
-                + (why.get("model_flops_per_step") or fmt.DASH)]
-    lines = _figures(t)
-    if t.get("samples_per_step") is not None:
-        lines.append(f"samples per step {fmt.number(t['samples_per_step'])} = batch {fmt.number(t.get('batch'))} "
-                     f"({t.get('batch_source')}) x {fmt.number(t.get('accum_steps'))} micro-batches "
-                     f"({t.get('accum_source')})")
-    if t.get("causal_skipped_flops_per_step"):
-        lines.append(f"of the model FLOPs, {_tera(t['causal_skipped_flops_per_step'])} per step are the masked half "
+    if _none_known(t):
+        samples, flops = (t.reasons.get(field) for field in ("samples_per_s", "model_flops_per_step"))
+        return [f"no figure known: samples {samples or fmt.DASH}; FLOPs {flops or fmt.DASH}"]
+    peak = ""
+    if t.peak_tflops is not None:
+        peak = f" of {t.peak_device} {t.precision} {fmt.number(t.peak_tflops, 4)} TFLOP/s"
+    lines = _figures(t, peak)
+    if t.samples_per_step is not None:
+        lines.append(f"samples per step {fmt.number(t.samples_per_step)} = batch {fmt.number(t.batch)} "
+                     f"({t.batch_source}) x {fmt.number(t.accum_steps)} micro-batches ({t.accum_source})")
+    if t.causal_skipped_flops_per_step:
+        lines.append(f"of the model FLOPs, {_tera(t.causal_skipped_flops_per_step)} per step are the masked half "
                      "of causal attention (counted, as torch's flop counter counts them)")
     return lines
 
 
-def job_lines(d: dict) -> list[str]:
+def job_lines(d: ReportDoc) -> list[str]:
     """The job's figures (several ranks or a world size above 1 only)."""
-    j = d.get("throughput")
-    if not j or (j.get("world_size") or 1) <= 1 and j.get("ranks", 1) <= 1:
+    j = given(d.throughput)
+    if j is None or (j.world_size or 1) <= 1 and j.ranks <= 1:
         return []
-    if all(j.get(k) is None for k in ("samples_per_s", "tokens_per_s", "model_flops_per_step", "achieved_tflops",
-                                      "mfu", "gpu_hours_per_million_samples")):
+    if _none_known(j):
         return []  # the ranks' lines say why
-    return [f"job (world size {j.get('world_size') or '-'}): " + "; ".join(_figures(j))]
+    return [f"job (world size {j.world_size or '-'}): " + "; ".join(_figures(j))]
 
 
-def roofline_rows(r: dict, limit: int = ROOFLINE_SHOWN) -> list[list[str]]:
+def roofline_rows(r: RankDoc, limit: int = ROOFLINE_SHOWN) -> list[list[str]]:
     """The rank's roofline table rows (the most time lost first), as text cells."""
-    t = r.get("throughput") or {}
+    t = given(r.throughput)
     rows = []
-    for x in (t.get("roofline") or [])[:limit]:
-        rows.append([x["op"], x.get("shapes") or fmt.DASH, x.get("dtype") or fmt.DASH, fmt.number(x.get("calls")),
-                     fmt.number(x["flops"] / 1e9) if x.get("flops") is not None else fmt.DASH,
-                     fmt.ms_num(x.get("kernel_us")), fmt.number(x.get("intensity")),
-                     fmt.number(x.get("achieved_tflops")), fmt.number(x.get("attainable_tflops")),
-                     fmt.pct(x.get("efficiency")), fmt.ms_num(x.get("lost_us"))])
+    for x in (t.roofline if t is not None else [])[:limit]:
+        rows.append([x.op, x.shapes or fmt.DASH, x.dtype or fmt.DASH, fmt.number(x.calls),
+                     fmt.number(x.flops / 1e9) if x.flops is not None else fmt.DASH,
+                     fmt.ms_num(x.kernel_us), fmt.number(x.intensity), fmt.number(x.achieved_tflops),
+                     fmt.number(x.attainable_tflops), fmt.pct(x.efficiency), fmt.ms_num(x.lost_us)])
     return rows
 
 
-def has_any(d: dict) -> bool:
-    return any(r.get("throughput") for r in d.get("ranks") or [])
+def has_any(d: ReportDoc) -> bool:
+    return any(given(r.throughput) is not None for r in d.ranks)

@@ -1,4 +1,4 @@
-"""One step's GPU timeline, at true scale, from the report document (``rank["timeline"]``).
+"""One step's GPU timeline, at true scale, from the report document (``ranks[].timeline``).
 
 The picture is what the breakdown adds up to. The step is cut into ``COLUMNS`` equal columns; in each lane and
 column every category is drawn as a bar whose height is the share of the column's time it covers, stacked in the
@@ -15,7 +15,9 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from ..report.doc import RankDoc, ReportDoc, TimelineDoc
 from . import format as fmt
+from .document import given
 from .vocabulary import PALETTE, TIMELINE, TIMELINE_KEYS, color
 
 COLUMNS = 1000  # columns across the step (about one per pixel of the plot at 120 dpi)
@@ -34,12 +36,12 @@ def pageable_marker(n: int) -> dict:
             "markeredgewidth": 0.4}
 
 
-def pick_rank(d: dict, rank: int | None = None) -> dict | None:
+def pick_rank(d: ReportDoc, rank: int | None = None) -> RankDoc | None:
     """The rank whose timeline is drawn: ``rank``, else rank 0, else the lowest rank with a timeline."""
-    cands = [r for r in d.get("ranks") or [] if r.get("timeline")]
+    cands = [r for r in d.ranks if given(r.timeline) is not None]
     if rank is not None:
-        cands = [r for r in cands if r["rank"] == rank]
-    cands.sort(key=lambda r: (r["rank"] != 0, r["rank"]))
+        cands = [r for r in cands if r.rank == rank]
+    cands.sort(key=lambda r: (r.rank != 0, r.rank))
     return cands[0] if cands else None
 
 
@@ -56,13 +58,13 @@ def coverage(spans, edges: np.ndarray) -> np.ndarray:
     return np.diff(np.interp(edges, xs, ys, left=0.0, right=done[-1]))
 
 
-def lanes(tl: dict) -> tuple[list[tuple[str, dict, bool]], int]:
+def lanes(tl: TimelineDoc) -> tuple[list[tuple[str, dict, bool]], int]:
     """(label, {category: spans}, is_breakdown) per lane, top first; and the number of streams left out."""
-    out = [("GPU (breakdown)", tl.get("breakdown") or {}, True)]
-    streams = list(tl.get("streams") or [])
-    busy = {id(s): sum(x[1] for v in s["intervals"].values() for x in v) for s in streams}
-    kept = sorted(sorted(streams, key=lambda s: -busy[id(s)])[:MAX_LANES], key=lambda s: s["stream"])
-    out += [(f"stream {s['stream']}", s["intervals"], False) for s in kept]
+    out = [("GPU (breakdown)", tl.breakdown, True)]
+    streams = list(tl.streams)
+    busy = {id(s): sum(x[1] for v in s.intervals.values() for x in v) for s in streams}
+    kept = sorted(sorted(streams, key=lambda s: -busy[id(s)])[:MAX_LANES], key=lambda s: s.stream)
+    out += [(f"stream {s.stream}", s.intervals, False) for s in kept]
     return out, len(streams) - len(kept)
 
 
@@ -85,10 +87,10 @@ def lane_image(fracs: list[tuple[str, np.ndarray]], fill: str | None) -> np.ndar
     return colours[which]
 
 
-def draw(ax, tl: dict) -> dict:
+def draw(ax, tl: TimelineDoc) -> dict:
     """Draw the lanes into ``ax`` as images sampled to the nearest pixel (no anti-aliasing blends a colour away, no
     outline widens an event); returns what the caption needs (lanes, short events, column width)."""
-    wall = float(tl["wall_us"])
+    wall = float(tl.wall_us)
     edges = np.linspace(0.0, wall, COLUMNS + 1)
     col_us = wall / COLUMNS
     rows, left_out = lanes(tl)
@@ -102,7 +104,7 @@ def draw(ax, tl: dict) -> dict:
         if not is_bd:
             total += sum(len(cats[c]) for c, _ in fracs)
             short += sum(1 for c, _ in fracs for sp in cats[c] if sp[1] < col_us)
-    pg = tl.get("pageable") or []
+    pg = tl.pageable
     if pg:  # pageable copies: a mark above the lanes where each starts (a mark, not a width)
         ax.plot([s[0] / 1000.0 for s in pg], [len(rows) - 1 + LANE_HEIGHT / 2 + 0.12] * len(pg), linestyle="none",
                 clip_on=False, **pageable_marker(len(pg)))
@@ -113,13 +115,13 @@ def draw(ax, tl: dict) -> dict:
     return {"lanes": rows, "left_out": left_out, "short": short, "intervals": total, "col_us": col_us}
 
 
-def figure(d: dict, rank: int | None = None, new_figure=None):
+def figure(d: ReportDoc, rank: int | None = None, new_figure=None):
     """The timeline Figure of one rank (rank 0 when present), or None when no rank has a timeline."""
     r = pick_rank(d, rank)
     if r is None:
         return None
-    tl = r["timeline"]
-    n_streams = len(tl.get("streams") or [])
+    tl = r.timeline
+    n_streams = len(tl.streams)
     fig = new_figure(12.0, min(max(1.9 + 0.5 * (min(n_streams, MAX_LANES) + 1), 3.0), 14.0))
     ax = fig.add_subplot()
     info = draw(ax, tl)
@@ -133,15 +135,15 @@ def figure(d: dict, rank: int | None = None, new_figure=None):
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
-    n = tl.get("steps_in_rank") or 1
+    n = tl.steps_in_rank or 1
     how = f"median of {fmt.count(n, 'step')}" if n > 1 else "the only step"
     more = f"; {fmt.count(info['left_out'], 'quieter stream')} left out" if info["left_out"] else ""
-    fig.suptitle(f"GPU timeline at true scale · rank {r['rank']} · step {tl['step']} ({how}, "
-                 f"{fmt.ms(tl['wall_us'], 1)}){more}", fontsize=11)
+    fig.suptitle(f"GPU timeline at true scale · rank {r.rank} · step {tl.step} ({how}, "
+                 f"{fmt.ms(tl.wall_us, 1)}){more}", fontsize=11)
     used = {c for _n, cats, _b in info["lanes"] for c, v in cats.items() if v}
     handles = [Patch(facecolor=color(k), label=lab) for k, lab in TIMELINE if k in used]
     handles.append(Patch(facecolor=color("idle"), label="idle (breakdown lane)"))
-    pg = tl.get("pageable") or []
+    pg = tl.pageable
     if pg:
         handles.append(Line2D([], [], linestyle="none", label=f"pageable copy ({fmt.count(len(pg), 'copy')})",
                               **pageable_marker(len(pg))))

@@ -1,18 +1,124 @@
 """The JSON contract ``traceinspect.diff/1`` as msgspec Structs, and its JSON Schema.
 
-The sections added for work vs rate (``runs``, ``work``, ``rate``, ``names``, ``verdict``, ``gate``) are typed here
-field by field; the per-rank tables, the step-time comparison and the findings keep their dict shape (documented in
-docs/diff.md). Fields are only added, never renamed. Imports msgspec only.
+Every section is typed here field by field (docs/diff.md), in the order ``report/diff.py`` and
+``report/diff_runs.py`` write them: the noise rule, each side's summary, the per-rank tables, the step-time
+comparison, the findings, and the sections of work vs rate (``runs``, ``work``, ``rate``, ``names``, ``verdict``,
+``gate``, ``throughput``, ``memory``). Fields are only added, never renamed. Imports msgspec only.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 Num = float | int | None
+T = TypeVar("T")
+
+
+class Pair(Struct, Generic[T], kw_only=True):
+    """One value per side."""
+
+    base: T
+    new: T
+
+
+class NoiseRuleDoc(Struct, kw_only=True):
+    """When a change is significant (``report/diff.py``'s ``NOISE_RULE``)."""
+
+    se_factor: float
+    min_share_of_step: float
+    text: str
+
+
+class SideDoc(Struct, kw_only=True):
+    """One side's report: its source, ranks, steps per rank (its real steps) and findings."""
+
+    source: str | None
+    world_size: int | None
+    ranks: list[int]
+    steps: dict[str, int]  # rank -> steps
+    missing_ranks: list[int]
+    findings: int
+
+
+class StatsDoc(Struct, kw_only=True):
+    """A side's steps: how many, their mean and sample standard deviation (null with fewer than 2)."""
+
+    n: int
+    mean_us: Num
+    sd_us: Num
+
+
+class RunNoiseDoc(Struct, kw_only=True):
+    """The captures of each side and the spread between their means (``report/diff_noise.py``)."""
+
+    base: int
+    new: int
+    measured: bool  # whether a side has several captures
+    run_means_us: Pair[list[float]]
+    between_run_sd_us: Pair[Num]
+    note: str | None  # why the run-to-run variation is not measured
+
+
+# The change of one metric, base against new, and whether it is beyond the noise (``report/diff.py``'s
+# ``blank_comparison`` and ``judge``): the fields a metric row and the step-time comparison share, in their order.
+_CHANGE = [
+    ("base", StatsDoc),
+    ("new", StatsDoc),
+    ("delta_us", Num),
+    ("rel_change", Num),
+    ("share_of_step", Num),
+    ("se_us", Num),
+    ("noise_us", Num),
+    ("threshold_us", Num),
+    ("significant", bool | None),  # null: fewer than 2 steps on a side
+    ("change", Literal["unknown", "up", "down", "none"]),
+]
+
+#: One metric of a pair of ranks (``metric``: wall, a breakdown category, or a CPU wait), base against new.
+MetricDoc = msgspec.defstruct("MetricDoc", [("metric", str), ("kind", Literal["step", "breakdown", "cpu_wait"]),
+                                            *_CHANGE], kw_only=True)
+
+
+class RankDiffDoc(Struct, kw_only=True):
+    """A pair of ranks compared: the base's and the new run's."""
+
+    base_rank: int
+    new_rank: int
+    basis: Pair[str]
+    steps: Pair[list[int]]  # the steps compared on each side
+    device: Pair[str | None]
+    metrics: list[MetricDoc]
+
+
+#: The step time of the compared ranks (the slowest of each side) over every capture of each side; ``runs``: with
+#: the captures of each side.
+OverallDoc = msgspec.defstruct("OverallDoc", [("base_rank", int | None), ("new_rank", int | None), ("metric", str),
+                                              *_CHANGE, ("runs", RunNoiseDoc | UnsetType, UNSET)],
+                               omit_defaults=True, kw_only=True)
+
+
+class FindingChangeDoc(Struct, omit_defaults=True, kw_only=True):
+    """A finding matched by rule id (``key``: the id, ``id#2``... when a rule fired more than once)."""
+
+    id: str
+    key: str
+    title: str | None
+    severity: Pair[str | None]  # null on the side without the finding
+    ranks: Pair[list[int] | None]
+    time_at_stake_us: Pair[Num]
+    title_base: str | None
+    title_new: str | None
+    direction: Literal["better", "worse"] | UnsetType = UNSET  # severity_changed only
+
+
+class FindingChangesDoc(Struct, kw_only=True):
+    disappeared: list[FindingChangeDoc]
+    appeared: list[FindingChangeDoc]
+    severity_changed: list[FindingChangeDoc]
+    unchanged: list[FindingChangeDoc]
 
 
 class RunsDoc(Struct, kw_only=True):
@@ -151,21 +257,21 @@ class FigureRowDoc(Struct, kw_only=True):
     delta: Num
     rel_change: Num
     spread: SpreadDoc  # range of the captures' values on each side (0 with one capture)
-    reason: dict[str, str | None]  # base / new: why the figure is null on that side
+    reason: Pair[str | None]  # why the figure is null on that side
     assessment: Literal["better", "worse", "same"] | None  # the change against ``better``; null: not known
 
 
 class DiffDoc(Struct, omit_defaults=True, kw_only=True):
     schema: str
-    rule: dict[str, Any]
-    base: dict[str, Any]
-    new: dict[str, Any]
+    rule: NoiseRuleDoc
+    base: SideDoc
+    new: SideDoc
     matched_by: str
-    ranks: list[dict[str, Any]]
+    ranks: list[RankDiffDoc]
     only_in_base: list[int]
     only_in_new: list[int]
-    overall: dict[str, Any] | None
-    findings: dict[str, Any]
+    overall: OverallDoc | None
+    findings: FindingChangesDoc
     runs: RunsDoc | UnsetType = UNSET
     work: list[WorkRowDoc] | UnsetType = UNSET
     rate: list[RateRowDoc] | UnsetType = UNSET
@@ -176,9 +282,10 @@ class DiffDoc(Struct, omit_defaults=True, kw_only=True):
     memory: list[FigureRowDoc] | UnsetType = UNSET  # peak allocated and reserved bytes, capacity
 
 
-def check(dd: dict) -> DiffDoc:
-    """The diff dict typed (raises ``msgspec.ValidationError`` where it breaks the contract)."""
-    return msgspec.convert(dd, DiffDoc)
+def check(dd: DiffDoc | dict) -> DiffDoc:
+    """The diff dict typed (raises ``msgspec.ValidationError`` where it breaks the contract); a ``DiffDoc`` as it
+    is."""
+    return dd if isinstance(dd, DiffDoc) else msgspec.convert(dd, DiffDoc)
 
 
 def diff_json_schema() -> dict:
