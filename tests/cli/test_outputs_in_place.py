@@ -126,14 +126,17 @@ def test_ctrl_c_exits_130_in_one_line(tmp_path):
     big = next((ROOT / "fixtures" / "gpu_pairs" / "deep_clean").glob("*.json.gz"))
     with gzip.open(big, "rt") as f:
         raw = json.load(f)
-    # six ranks' worth of a real 195,000-event rank: seconds of decoding on 2 cores. Each copy is renumbered (as the
-    # scale benchmark's copies are): six copies of one rank are passed over as one rank seen again
-    raw["distributedInfo"] = {**(raw.get("distributedInfo") or {}), "rank": -123456789, "world_size": 6}
+    # eight ranks' worth of a real 195,000-event rank: seconds of decoding on 2 cores. Each copy is renumbered (as
+    # the scale benchmark's copies are): copies of one rank are passed over as one rank seen again
+    raw["distributedInfo"] = {**(raw.get("distributedInfo") or {}), "rank": -123456789, "world_size": 8}
     text = json.dumps(raw)
-    for r in range(6):
-        (tmp_path / f"rank{r}.{big.name[:-3]}").write_text(text.replace('"rank": -123456789', f'"rank": {r}', 1))
+    for r in range(8):
+        with gzip.open(tmp_path / f"rank{r}.{big.name}", "wt", compresslevel=1) as f:
+            f.write(text.replace('"rank": -123456789', f'"rank": {r}', 1))
     proc = subprocess.Popen([sys.executable, "-m", "traceinspect", "report", str(tmp_path), "--no-cache", "-q",
-                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C as a terminal delivers it, whatever disposition the test runner left behind
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + HANG_GUARD_S
         workers: set[int] = set()
