@@ -96,6 +96,10 @@ def test_a_leak_is_found_and_named():
     ends = [steps[k]["end_allocated"] for k in sorted(steps, key=int)]
     measured = (ends[-1] - ends[0]) / (len(ends) - 1)
     assert ev["growth_bytes_per_step"] == pytest.approx(measured, rel=0.05)
+    # the kept logits: the LM head's output (nn.Linear, bf16 under autocast), batch x sequence x vocabulary x 2 bytes
+    top = ev["growers"][0]
+    assert (top["op"], top["phase"]) == ("aten::linear", "forward")
+    assert top["bytes_per_step"] == 8 * 512 * 32768 * 2
     assert not finding(doc("lm_b8"), "memory-growth")
 
 
