@@ -86,7 +86,7 @@ def _main_thread_only(folder: Path) -> dict[int, float]:
 
 
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.json*")}) + (
+FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
     sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 
 

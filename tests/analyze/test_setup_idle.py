@@ -18,7 +18,7 @@ from traceinspect.run import report_folder
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
 CATS = ("idle_queued_us", "idle_blocked_us", "idle_first_launch_us", "idle_loader_us", "idle_launch_us", "idle_host_us")
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.json*")}) + (
+FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
     sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 CACHED = Config(workers=1)
 

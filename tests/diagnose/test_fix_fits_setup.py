@@ -15,7 +15,7 @@ from fix_checks import contradictions
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.json*")}) + (
+FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
     sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 CACHED = Config(workers=1)
 
