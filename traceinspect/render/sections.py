@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..report.doc import FindingDoc, RankDoc, ReportDoc, StepDoc
 from . import format as fmt, safe
-from .document import given, present
+from .document import given, present, report_doc
 from .vocabulary import STEP_EXTRA, STEP_EXTRA_GPU, SYNTHETIC_NOTE, breakdown, label
 
 MAX_STEP_ROWS = 12
@@ -19,9 +19,11 @@ _FILL_WORDS = {"copy": "copies (no kernel running)", "dataloader": "waiting for 
                "sync": "the CPU blocked in syncs", "other": "launch gaps (the CPU not issuing kernels)"}
 
 
-def verdict(d: ReportDoc) -> str:
+def verdict(d: ReportDoc | dict) -> str:
     """One line: the slowest rank's step, the step if every finding were fixed, the largest claims first (the
-    document's ``verdict``); a report without it (an older version's) gets the slowest rank's split of the step."""
+    document's ``verdict``); a report without it (an older version's) gets the slowest rank's split of the step.
+    Also takes the report's JSON object (a notebook's ``result.to_dict()``)."""
+    d = report_doc(d)
     v = given(d.verdict)
     if v is not None and given(v.text):
         counts = [(sev, sum(1 for f in d.findings if f.severity == sev)) for sev in ("critical", "warning")]
