@@ -73,6 +73,13 @@ def _mean(s: pd.DataFrame, col: str) -> float:
     return float(np.nanmean(s[col].to_numpy(float))) if col in s and len(s) and s[col].notna().any() else 0.0
 
 
+def _option(b: int, k: int, t: float, logical: int, allreduces: int, **kw) -> Option:
+    """The row of batch ``b`` x ``k`` steps taking ``t`` us per logical batch, with its rates."""
+    return Option(batch=b, accum_steps=k, step_us=t, allreduces=allreduces,
+                  samples_per_s=logical / (t / 1e6) if t > 0 else 0.0,
+                  gpu_hours_per_million_samples=(t / 1e6) / logical * 1e6 / 3600 if t > 0 else None, **kw)
+
+
 def tradeoff(ra, thr, outlook, bf16: tuple[float, float] | None = None) -> Tradeoff | None:
     """The rank's trade-off table, or None where the batch or the micro-batches per step are not known.
     ``bf16``: (GPU us saved, CPU us added) per step at today's batch by bf16 autocast, where projected."""
@@ -125,11 +132,8 @@ def tradeoff(ra, thr, outlook, bf16: tuple[float, float] | None = None) -> Trade
                 and peak is not None else None)
         if fits is False and b != b0:
             continue
-        options.append(Option(batch=b, accum_steps=k, step_us=t,
-                              peak_bytes=int(round(peak)) if peak is not None and np.isfinite(peak) else None,
-                              fits=fits, allreduces=rounds(k), samples_per_s=logical / (t / 1e6) if t > 0 else 0.0,
-                              gpu_hours_per_million_samples=(t / 1e6) / logical * 1e6 / 3600 if t > 0 else None,
-                              current=b == b0))
+        options.append(_option(b, k, t, logical, rounds(k), current=b == b0, fits=fits,
+                               peak_bytes=int(round(peak)) if peak is not None and np.isfinite(peak) else None))
     if options:
         known = [o for o in options if o.fits is True or (o.fits is None and o.batch <= b0)]
         best = max(known, key=lambda o: o.samples_per_s, default=None)
@@ -139,10 +143,8 @@ def tradeoff(ra, thr, outlook, bf16: tuple[float, float] | None = None) -> Trade
         h16 = h + bf16[1] / k0
         for o in list(options):
             t = model(o.batch, o.accum_steps, resid, g16, h16)
-            options.append(Option(batch=o.batch, accum_steps=o.accum_steps, step_us=t, peak_bytes=None, fits=None,
-                                  allreduces=o.allreduces, samples_per_s=logical / (t / 1e6) if t > 0 else 0.0,
-                                  gpu_hours_per_million_samples=(t / 1e6) / logical * 1e6 / 3600 if t > 0 else None,
-                                  current=False, precision="bf16"))
+            options.append(_option(o.batch, o.accum_steps, t, logical, o.allreduces, current=False, fits=None,
+                                   peak_bytes=None, precision="bf16"))
     terms = {"gpu_per_micro_us": g if ra.basis == "gpu" else None, "cpu_issue_per_micro_us": h if ra.basis == "gpu"
              else None, "compute_per_micro_us": g, "other_per_micro_us": resid, "optimizer_us": fixed_step,
              "dataloader_us": data, "comm_per_round_us": per_round, "rounds_measured": rounds0,

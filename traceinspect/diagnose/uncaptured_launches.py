@@ -101,8 +101,6 @@ def replay_us(s) -> np.ndarray:
     return REPLAY_US_PER_KERNEL * launched
 
 
-
-
 NEED = ("idle_launch_us", "idle_launch_capturable_us", "idle_host_us", "kernel_count")
 
 
@@ -202,8 +200,8 @@ RULE = Rule(
     title="The GPU waits on launches a graph of the model leaves on the CPU",
     needs=Needs(steps=("step", "wall_us"), gpu_steps=("kernel_count",)),
     claim=Claim(order=125, gpu=Custom(_claim, "`launch`: `idle_launch_us - idle_launch_capturable_us + idle_host_us` "
-                                              "less the replay's launch (1.45 us x `launch_count`), first from what "
-                                              "`launch-bound` explained and left"),
+                                              f"less the replay's launch ({REPLAY_US_PER_KERNEL} us x `launch_count`), "
+                                              "first from what `launch-bound` explained and left"),
                 cpu=None, claims_explained=True, keeps=replay_us),
     label="launches outside the graph",
     thresholds=("step_capture_idle_share", "launch_bound_min_kernels"),

@@ -44,19 +44,17 @@ def job_throughput_doc(report):
 
 
 def _bf16_terms(ra, acc: dict | None, thresholds) -> tuple[float, float] | None:
-    """(GPU us saved, CPU us added) per step by bf16 autocast, the no-mixed-precision rule's terms, where the
-    rank has that rule's claim; else None."""
-    from ..diagnose.bounds import autocast_cpu_us
-    from ..diagnose.no_mixed_precision import RULE, SAVING
+    """(GPU us saved, CPU us added) per step by bf16 autocast: the no-mixed-precision rule's own claim terms (its
+    ``Claim.gpu`` column and ``Claim.adds_cpu``), where the rank has that rule's claim; else None."""
+    from ..diagnose.no_mixed_precision import RULE
 
     if not any(c.get("id") == RULE.id and (c.get("us") or 0) > 0 for c in (acc or {}).get("claims", [])):
         return None
     s = ra.steps
-    if s is None or "matmul_fp32_us" not in s or not len(s):
+    if s is None or RULE.claim.gpu.column not in s or not len(s):
         return None
-    gpu = SAVING * float(np.nanmean(s["matmul_fp32_us"].to_numpy(float)))
-    cpu = float(np.nanmean(autocast_cpu_us(s, thresholds)))
-    return gpu, cpu
+    ((_pool, gpu),) = RULE.claim.gpu.demands(None, ra, s, thresholds, 0.0)
+    return float(np.nanmean(gpu)), float(np.nanmean(RULE.claim.adds_cpu(s, thresholds)))
 
 
 def tradeoff_fields(ra, thresholds, acc: dict | None = None) -> dict:
