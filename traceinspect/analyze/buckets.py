@@ -124,14 +124,14 @@ def assign_phase(df: pd.DataFrame, passes: pd.DataFrame) -> None:
             rows = np.flatnonzero(si == s)
             if not len(rows):
                 continue
-            starts, ends = pg["start"].to_numpy(), pg["end"].to_numpy()
-            for r in rows:
-                inside = np.flatnonzero((starts <= t[r]) & (t[r] < ends))
-                if len(inside):
-                    phase[r] = "backward"
-                    pass_[r] = int(pg["pass_"].to_numpy()[inside[0]])
-                elif (starts > t[r]).any():
-                    phase[r] = "forward"
+            starts, ends, ids = pg["start"].to_numpy(), pg["end"].to_numpy(), pg["pass_"].to_numpy()
+            tr = t[rows][:, None]
+            inside = (starts <= tr) & (tr < ends)  # rows x passes of the step
+            hit = inside.any(axis=1)
+            later = (starts > tr).any(axis=1)
+            phase[rows[hit]] = "backward"
+            pass_[rows[hit]] = ids[inside[hit].argmax(axis=1)].astype(np.int64)
+            phase[rows[~hit & later]] = "forward"
     df["phase"] = phase
     df["pass_"] = pass_
 

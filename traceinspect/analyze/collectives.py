@@ -317,10 +317,14 @@ def _sizes_and_bandwidth(df: pd.DataFrame, rank: RankTrace) -> pd.DataFrame:
     # group size: from the record, else the process group's size in distributedInfo, else the world size
     pg_sizes = _pg_sizes(rank)
     gs = df["group_size"].to_numpy().astype(np.int64)
-    for i in np.flatnonzero(gs < 0):
-        gs[i] = pg_sizes.get(df["pg"].iat[i], pg_sizes.get(None, -1))
+    missing = np.flatnonzero(gs < 0)
+    if len(missing):
+        pgs, fallback = df["pg"].to_numpy(), pg_sizes.get(None, -1)
+        gs[missing] = [pg_sizes.get(pgs[i], fallback) for i in missing]
     df["group_size"] = gs
-    size = np.array([dtype_bytes(d) for d in df["dtype"]], np.int64)
+    by_dtype: dict = {}
+    size = np.array([by_dtype[d] if d in by_dtype else by_dtype.setdefault(d, dtype_bytes(d))
+                     for d in df["dtype"].tolist()], np.int64)
     nel = df["nelems"].to_numpy().astype(np.int64)
     df["bytes"] = np.where((nel >= 0) & (size > 0), nel * size, -1)
     df["cpu_dur_us"] = df["cpu_dur"].astype(float)
@@ -329,7 +333,9 @@ def _sizes_and_bandwidth(df: pd.DataFrame, rank: RankTrace) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((df["bytes"] > 0) & (df["dur_us"] > 0), df["bytes"] / (df["dur_us"] * 1e-6) / 1e9, np.nan)
     df["algbw_gbps"] = algbw
-    df["busbw_gbps"] = algbw * np.array([busbw_factor(n, g) for n, g in zip(df["name"], df["group_size"])])
+    factors: dict = {}
+    df["busbw_gbps"] = algbw * np.array([factors[k] if k in factors else factors.setdefault(k, busbw_factor(*k))
+                                         for k in zip(df["name"], gs.tolist())])
     return df
 
 
@@ -366,8 +372,9 @@ def _assign_steps(df: pd.DataFrame, steps, kernels_only: bool) -> None:
     step_idx = step_at(cs, ce, t, df["window"].to_numpy(), sw)
     if len(steps.gpu_index) and kernels_only:
         gpos = {int(r): i for i, r in enumerate(steps.gpu_index)}
-        for i in np.flatnonzero((step_idx < 0) & (df["krow"].to_numpy() >= 0)):
-            p = gpos.get(int(df["krow"].iat[i]))
+        krow = df["krow"].to_numpy()
+        for i in np.flatnonzero((step_idx < 0) & (krow >= 0)):
+            p = gpos.get(int(krow[i]))
             if p is not None and steps.gpu_step[p] >= 0:
                 step_idx[i] = steps.gpu_step[p]
     df["step_index"] = step_idx

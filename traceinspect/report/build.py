@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, fields
 
+import numpy as np
 import pandas as pd
 import msgspec
 from msgspec import UNSET
@@ -20,7 +21,7 @@ from ..analyze.categories import CPU_CATEGORIES, EXPOSED_NAMES, GPU_CATEGORIES
 from ..analyze.timeline import step_intervals
 from ..load.unmodelled import IMPOSSIBLE
 from .columns import STEP_COLUMNS
-from .values import clean
+from .values import clean, clean_records
 from .doc import (SCHEMA, AfterFixDoc, ClaimDoc, CompileSetupDoc, CopySetupDoc, FindingDoc, LoaderBoundDoc,
                   LoaderSetupDoc, OptimizerSetupDoc, PartialStepDoc, RankDoc, ReportDoc, SetupDoc, SkippedDoc, StepDoc,
                   SummaryDoc, TimelineDoc, TimelineLaneDoc, UtilizationDoc)
@@ -91,7 +92,16 @@ def _claims(claims) -> list[ClaimDoc]:
 
 
 def _records(table: pd.DataFrame | None) -> list[dict]:
-    return [clean(x) for x in table.to_dict("records")] if table is not None else []
+    return clean_records(table) if table is not None else []
+
+
+def typed_rows(rows: list[dict], kind) -> list:
+    """``[typed(r, kind) for r in rows]`` for rows already cleaned (``clean_records``): one conversion for all of
+    them, row by row only where one does not validate."""
+    try:
+        return msgspec.convert(rows, list[kind])
+    except msgspec.ValidationError:
+        return [typed(r, kind) for r in rows]
 
 
 def typed(value, kind):
@@ -127,8 +137,9 @@ def rank_doc(ra, acc: dict | None = None, thresholds=DEFAULT) -> RankDoc:
     by_step: dict | None = None
     if colls is not None and len(colls):
         by_step = {}
-        for rec in colls.to_dict("records"):
-            by_step.setdefault(int(rec.get("step", -1)), []).append(typed(rec, CollectiveDoc))
+        step_of = colls["step"].to_numpy().astype(np.int64).tolist() if "step" in colls else [-1] * len(colls)
+        for step, doc in zip(step_of, typed_rows(clean_records(colls), CollectiveDoc)):
+            by_step.setdefault(step, []).append(doc)
     kinds = ra.tables.get("comm_by_kind")
     by_kind: dict = {}
     for rec in kinds.to_dict("records") if kinds is not None else ():

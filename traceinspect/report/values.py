@@ -26,3 +26,24 @@ def clean(v):
     if v is pd.NA:
         return None
     return v
+
+
+def clean_records(table: pd.DataFrame) -> list[dict]:
+    """``[clean(r) for r in table.to_dict("records")]``, column by column: numeric columns convert in one call each
+    (NaN and infinities -> None), only object columns go value by value."""
+    names = [str(c) for c in table.columns]
+    cols = []
+    for i in range(table.shape[1]):
+        col = table.iloc[:, i]
+        kind = col.dtype.kind if isinstance(col.dtype, np.dtype) else "O"
+        if kind == "f":
+            a = col.to_numpy()
+            vals = a.tolist()
+            for j in np.flatnonzero(~np.isfinite(a)).tolist():
+                vals[j] = None
+        elif kind in "iub":
+            vals = col.tolist()
+        else:
+            vals = [clean(x) for x in col.tolist()]
+        cols.append(vals)
+    return [dict(zip(names, row)) for row in zip(*cols)]
