@@ -46,20 +46,29 @@ except ImportError:  # the property tests skip without hypothesis
     pass
 
 
+def _worker(config) -> bool:
+    """This process is a pytest-xdist worker (the run's controller made the cache folder)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config) -> None:
     """Every cache the suite writes goes to a temporary folder: never ~/.cache, never fixtures/ or a trace folder.
-    An environment variable, so subprocesses (the CLI tests) inherit it."""
+    An environment variable, so subprocesses (the CLI tests) inherit it, and so do the xdist workers: they share
+    the controller's folder (entries are written whole and renamed into place), so a folder one worker reported is
+    a cache hit for the other."""
     import os
     import tempfile
 
-    os.environ["TRACEINSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinspect-test-cache-")
+    if not (_worker(config) and os.environ.get("TRACEINSPECT_CACHE_DIR")):
+        os.environ["TRACEINSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinspect-test-cache-")
 
 
 def pytest_unconfigure(config) -> None:
     import os
     import shutil
 
-    shutil.rmtree(os.environ.pop("TRACEINSPECT_CACHE_DIR", ""), ignore_errors=True)
+    if not _worker(config):  # the controller removes it, once every worker is done
+        shutil.rmtree(os.environ.pop("TRACEINSPECT_CACHE_DIR", ""), ignore_errors=True)
 
 def _need_torch() -> None:
     pytest.importorskip("torch", reason="torch is needed to capture traces: pip install 'traceinspect[capture]'")

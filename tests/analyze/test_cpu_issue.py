@@ -13,6 +13,7 @@ import pytest
 from reference import union_us
 from traceinspect.config import Config
 from traceinspect.run import report_folder
+from sweeps import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
@@ -85,12 +86,7 @@ def _main_thread_only(folder: Path) -> dict[int, float]:
     return {s["name"]: union_us(mine, s["ts"], s["ts"] + s["dur"]) for s in steps}
 
 
-PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
-    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
-
-
-@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", sweep())
 def test_every_step_has_its_issuing_work_within_its_cpu_time(folder):
     for rank in report_folder(folder, Config(workers=1)).to_dict()["ranks"]:
         assert not [e for e in rank.get("errors") or [] if "issue" in e]

@@ -15,17 +15,16 @@ from diagnose._real import analysis, raw_files, steps_of
 from public_traces import PUBLIC, need
 from traceinspect.config import Config
 from traceinspect.run import report_folder
+from sweeps import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").rglob("*.json.gz")}) + \
-    sorted({p.parent for p in PUBLIC.glob("*/*.json.gz")})
 # Times are float microseconds since the epoch (1.7e15): sums and sweeps differ by a fraction of a microsecond.
 SLACK_US = 0.5
 # Through the result cache, as the other every-trace tests: a folder is analyzed once per test session.
 CACHED = Config(workers=1)
 
 
-@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", sweep())
 def test_exposed_copy_time_within_copy_time(folder):
     rep = report_folder(folder, CACHED).to_dict()
     for r in rep["ranks"]:

@@ -14,12 +14,11 @@ import pytest
 from reference import union_us
 from traceinspect.config import Config
 from traceinspect.run import report_folder
+from sweeps import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
 CATS = ("idle_queued_us", "idle_blocked_us", "idle_first_launch_us", "idle_loader_us", "idle_launch_us", "idle_host_us")
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
-    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 CACHED = Config(workers=1)
 
 SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
@@ -33,7 +32,7 @@ def _steps(folder: Path) -> list[dict]:
     return report_folder(folder, CACHED).to_dict()["ranks"]
 
 
-@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", sweep())
 def test_idle_categories_add_up_to_idle(folder):
     for rank in _steps(folder):
         for s in rank["steps"]:

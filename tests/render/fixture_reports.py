@@ -5,28 +5,12 @@ cache folder, ``conftest.py``)."""
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 import traceinspect
 from traceinspect.config import Config
 
-from public_traces import PUBLIC
-
-ROOT = Path(__file__).resolve().parents[2]
-TRACE = re.compile(r"\.(pt\.trace\.json|json)(\.gz)?$")
-
-
-def trace_folders(root: Path) -> list[Path]:
-    """Every folder under ``root`` that holds a trace file itself."""
-    return sorted({p.parent for p in root.rglob("*") if TRACE.search(p.name) and p.is_file()})
-
-
-FOLDERS = trace_folders(ROOT / "fixtures") + (trace_folders(PUBLIC) if PUBLIC.exists() else [])
-
-
-def folder_id(p: Path) -> str:
-    return str(p.relative_to(p.parents[1]))
+from sweeps import FOLDERS, ROOT, folder_id, trace_folders  # noqa: F401  (one listing of the folders)
 
 
 @functools.lru_cache(maxsize=None)

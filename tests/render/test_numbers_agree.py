@@ -18,10 +18,9 @@ from traceinspect.render import format as fmt, sections, waterfall
 from traceinspect.report.doc import FindingDoc, from_dict
 from traceinspect.run import report_folder
 
+from sweeps import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
-    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 
 
 @lru_cache(maxsize=None)
