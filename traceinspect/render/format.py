@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ..report.doc import evidence_entry
 from . import safe
 from .evidence_units import EVIDENCE_UNITS
 
@@ -200,10 +201,7 @@ def _value(key: str, v, unit: str | None, depth: int, items: int, units: dict[st
 def evidence_items(ev: dict, rank=None, items: int = 6, units: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """(label, value text) pairs of a finding's evidence, for one rank (the given one, else the first listed), each
     in its declared unit (``units``: ``units_of(finding_id)``)."""
-    per_rank = ev.get("per_rank") if isinstance(ev, dict) else None
-    src = ev
-    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
-        src = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])
+    src = evidence_entry(ev, rank) if isinstance(ev, dict) else ev
     n = items
     pairs = list((src or {}).items()) + ([(k, v) for k, v in ev.items() if k != "per_rank"] if src is not ev else [])
     skip = ("per_rank", "steps", "rank", "claim_note")  # the claim note is the finding's own line (finding_notes)

@@ -54,12 +54,11 @@ def _cell(key: str, v, units: dict[str, str]) -> dict:
 def _evidence(f: FindingDoc) -> dict | None:
     """Labelled values with units: one table, headed "evidence", a column per rank (or one value column)."""
     ev = f.evidence
-    per_rank = ev.get("per_rank")
-    ranks = per_rank[:MAX_EVIDENCE_RANKS] if isinstance(per_rank, list) and per_rank and all(
-        isinstance(x, dict) for x in per_rank) else None
+    per_rank = f.per_rank_evidence()
+    ranks = per_rank[:MAX_EVIDENCE_RANKS] if per_rank else None
     skip = ("steps", "rank")
     if ranks:
-        cols = [f"rank {x.get('rank', '?')}" for x in ranks]
+        cols = [f"rank {sections.rank_of(x)}" for x in ranks]
         keys = [k for k in dict.fromkeys(k for x in ranks for k in x) if k not in skip]
         rows = [(k, [x.get(k) for x in ranks]) for k in keys]
         rest = [(k, v) for k, v in ev.items() if k not in skip + ("per_rank",) and v is not None]

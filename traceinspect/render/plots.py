@@ -181,10 +181,9 @@ def _collectives(d: ReportDoc, rank: int | None):
 def _bucket_cap(d: ReportDoc, rank: int) -> tuple[float, str]:
     for r in d.ranks:
         if r.rank == rank:
-            # the DDP object's settings as the capture recorded them (an open section of the capture metadata)
-            mb = (given(r.metadata.ddp) or {}).get("bucket_cap_mb")
-            if isinstance(mb, (int, float)) and mb > 0:
-                return float(mb), "from the capture"
+            mb = r.metadata.ddp_bucket_cap_mb()
+            if mb is not None:
+                return mb, "from the capture"
     return 25.0, "DDP default"
 
 
@@ -324,7 +323,7 @@ def ranks_figure(d: ReportDoc | dict) -> Figure | None:
                     elinewidth=1.0, capsize=3)
         ax.annotate(fmt.ms(given(s.mean_wall_us), 1), xy=(hi, y), xytext=(5, 0), textcoords="offset points",
                     va="center", fontsize=8)
-        idle = breakdown.get("idle") if r.basis == "gpu" else None
+        idle = breakdown["idle"] if r.basis == "gpu" and "idle" in breakdown else None
         if idle is not None:
             ax2.barh(y + 0.18, _ms(idle), height=0.34, color=color("idle"), edgecolor="#777777", linewidth=0.4,
                      gid=f"idle:{r.rank}")

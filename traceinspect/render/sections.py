@@ -8,7 +8,7 @@ then escapes its own markup.
 
 from __future__ import annotations
 
-from ..report.doc import FindingDoc, RankDoc, ReportDoc, StepDoc
+from ..report.doc import FindingDoc, RankDoc, ReportDoc, StepDoc, evidence_rank
 from . import format as fmt, safe
 from .document import given, present, report_doc
 from .vocabulary import STEP_EXTRA, STEP_EXTRA_GPU, SYNTHETIC_NOTE, breakdown, label
@@ -240,9 +240,10 @@ def stake(f: FindingDoc) -> str:
     if not (at or after or est):
         return ""
     of = "the step"
-    named = (f.evidence.get("per_rank") or [{}])[0]  # the evidence: the rule's own record, open by nature
+    per_rank = f.per_rank_evidence()
+    named = evidence_rank(per_rank[0]) if per_rank else None  # the rank the evidence (and the title) names first
     rank = given(f.claim_rank)
-    if isinstance(named, dict) and named.get("rank") not in (None, rank) and rank is not None and share:
+    if named not in (None, rank) and rank is not None and share:
         # the title and the evidence describe another rank's step: name the one the claim is a share of
         of = f"rank {rank}'s {fmt.ms(at / share)} step"
     out = f" · at stake about {fmt.ms(at)} per step" + (f" ({fmt.pct(share, 0)} of {of})"
@@ -274,8 +275,8 @@ def finding_notes(f: FindingDoc) -> list[str]:
     if explained_by:
         why = ", ".join(f"{e.id} {fmt.ms(e.us)}" for e in explained_by)
         out.append(f"idle explained by: {why} (explained there, not claimed here)")
-    note = f.evidence.get("claim_note")  # the evidence: the rule's own record, open by nature
-    if isinstance(note, str) and note:
+    note = f.claim_note()
+    if note:
         out.append(f"claim: {safe.words(note, safe.VALUE_WIDTH)}")
     af = given(f.after_loader_fix)
     if af is not None and af.us:
@@ -298,6 +299,12 @@ def finding_notes(f: FindingDoc) -> list[str]:
     return out
 
 
+def rank_of(entry: dict) -> str:
+    """The rank a per-rank evidence record is about, as text (``?`` where it names none)."""
+    rank = evidence_rank(entry)
+    return "?" if rank is None else str(rank)
+
+
 def _units(f: FindingDoc) -> dict[str, str]:
     """The units the finding's rule declares for its evidence fields (``format.units_of``)."""
     return fmt.units_of(f.id)
@@ -308,12 +315,12 @@ def evidence_rows(f: FindingDoc) -> tuple[list[str], list[tuple[str, list[str]]]
     [(label, value)] of the evidence that is not per rank). Steps are in the finding's meta line."""
     ev = f.evidence
     units = _units(f)
-    per_rank = ev.get("per_rank")
+    per_rank = f.per_rank_evidence()
     cols, rows, left = [], [], 0
-    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
+    if per_rank:
         shown = per_rank[:8]
         keys = [k for k in dict.fromkeys(k for x in shown for k in x) if k not in ("rank", "steps")]
-        cols = [f"rank {x.get('rank', '?')}" for x in shown]
+        cols = [f"rank {rank_of(x)}" for x in shown]
         rows = [(fmt.label(k), [fmt.value(k, x.get(k), units=units) for x in shown]) for k in keys]
         left = len(per_rank) - len(shown)
     rest = [(fmt.label(k), fmt.value(k, v, units=units)) for k, v in ev.items()
@@ -325,17 +332,16 @@ def evidence_lines(f: FindingDoc, rank=None, limit: int | None = None, width: in
                    items: int = 6) -> list[str]:
     """``label: value`` lines of one rank's evidence (the given rank, else the first listed), then the rest; at
     most ``limit`` lines of at most ``width`` characters (the JSON report has all of it)."""
-    ev = f.evidence
-    per_rank = ev.get("per_rank")
-    lines = [f"{k}: {v}" for k, v in fmt.evidence_items(ev, rank, items=items, units=_units(f))]
-    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
-        shown = next((x for x in per_rank if x.get("rank") == rank), per_rank[0])  # as evidence_items picks
-        lines.insert(0, f"rank: {shown.get('rank', '?')}")  # whose evidence this is (the rank the title names)
+    per_rank = f.per_rank_evidence()
+    lines = [f"{k}: {v}" for k, v in fmt.evidence_items(f.evidence, rank, items=items, units=_units(f))]
+    if per_rank:
+        # whose evidence this is (the rank the title names): the record evidence_items shows
+        lines.insert(0, f"rank: {rank_of(f.evidence_for(rank))}")
     if width:
         lines = [x if len(x) <= width else x[: width - 2].rstrip(" ,;") + " \u2026" for x in lines]
     if limit and len(lines) > limit:
         lines = lines[:limit] + [f"(and {fmt.count(len(lines) - limit, 'more value')} in the JSON report)"]
-    if isinstance(per_rank, list) and len(per_rank) > 1:
+    if per_rank and len(per_rank) > 1:
         lines.append(f"(and {fmt.count(len(per_rank) - 1, 'more rank')} in the JSON report)")
     return lines
 

@@ -460,6 +460,44 @@ class FindingDoc(Struct, omit_defaults=True, kw_only=True):
     gpu_hours_per_million_samples: Num | UnsetType = UNSET
     cost_per_million_samples: Num | UnsetType = UNSET
 
+    # The evidence is the rule's own record, open by nature; these read the parts of it every rule shares.
+    def per_rank_evidence(self) -> list[dict] | None:
+        """The evidence's records, one per rank (``per_rank``), when it has a non-empty list of them; else None."""
+        return per_rank_entries(self.evidence)
+
+    def evidence_for(self, rank: int | None = None) -> dict:
+        """The evidence of one rank: its ``per_rank`` record (the given rank's, else the first listed), else the
+        evidence itself when it is not per rank."""
+        return evidence_entry(self.evidence, rank)
+
+    def claim_note(self) -> str | None:
+        """The evidence's ``claim_note``: why the claim is an upper bound, one line; None when it has none."""
+        note = self.evidence.get("claim_note")
+        return note if isinstance(note, str) and note else None
+
+
+def per_rank_entries(evidence: JsonObject | None) -> list[dict] | None:
+    """An evidence record's ``per_rank`` list when it is a non-empty list of records (JSON objects); else None."""
+    per_rank = evidence.get("per_rank") if isinstance(evidence, dict) else None
+    if isinstance(per_rank, list) and per_rank and all(isinstance(x, dict) for x in per_rank):
+        return per_rank
+    return None
+
+
+def evidence_rank(entry: dict) -> int | None:
+    """The rank a per-rank evidence record is about (its ``rank``); None when it names none."""
+    rank = entry.get("rank")
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def evidence_entry(evidence: JsonObject, rank: int | None = None) -> dict:
+    """One rank's evidence: the ``per_rank`` record of ``rank`` (the first listed when none is), else the evidence
+    itself (a record that is not per rank)."""
+    per_rank = per_rank_entries(evidence)
+    if per_rank is None:
+        return evidence
+    return next((x for x in per_rank if evidence_rank(x) == rank), per_rank[0])
+
 
 class SkippedDoc(Struct):
     """A file the report could not use, and why (one line)."""

@@ -61,6 +61,13 @@ class CaptureMetadataDoc(_Record):
     workload: JsonSection | None | UnsetType = UNSET
     world_size: int | None | UnsetType = UNSET
 
+    def ddp_bucket_cap_mb(self) -> float | None:
+        """DDP's ``bucket_cap_mb`` as the capture recorded it (the ``ddp`` section, the DDP object's settings), when
+        it is a positive number; else None (not recorded)."""
+        ddp = self.ddp
+        mb = ddp.get("bucket_cap_mb") if isinstance(ddp, dict) else None
+        return float(mb) if isinstance(mb, (int, float)) and mb > 0 else None
+
 
 # ---------------------------------------------------------------------------------------------- per rank tables
 
