@@ -94,6 +94,7 @@ def _gpu_diff(name: str) -> dict:
     return report_folder(str(FIXTURES / "gpu_diff" / name), NOCACHE).to_dict()
 
 
+@pytest.mark.slow  # the claims against the savings measured on the precision pairs
 def test_bf16_rows_agree_with_the_precision_claim_and_the_measured_switch():
     """An fp32 run (fixtures/gpu_diff: a transformer at batch 64, fp32 and bf16 autocast, three captures of each)
     gets bf16 rows: at its own batch the row is the step less the no-mixed-precision claim (one number on the page),

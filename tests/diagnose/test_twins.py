@@ -110,6 +110,7 @@ def test_launch_bound_is_silent_on_graph_replay_and_fires_on_its_eager_twin():
     assert f is not None and f["severity"] == "critical"
 
 
+@pytest.mark.slow  # the claims against what the graph twins measured
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "graph_replay"])
 def test_launch_bound_claims_the_launch_wait_inside_what_a_graph_of_the_model_removes(name):
     """The claim is the GPU's launch wait while the CPU ran work a CUDA graph of the model takes off it, computed

@@ -81,6 +81,7 @@ def test_every_launch_wait_is_claimed_once(name):
         assert e["us"] - got.get(e["id"], 0.0) <= max(rest, 1.0) + replay(name), (e, got, rest)
 
 
+@pytest.mark.slow  # the projections against the GPU time the graph runs measured
 @pytest.mark.parametrize("name", LAUNCH_BOUND)
 def test_projection_reaches_the_gpus_own_work(name):
     """After every fix the step is the GPU's own work plus what no launch fix removes (the waits for data, syncs,

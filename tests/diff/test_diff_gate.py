@@ -42,6 +42,7 @@ def test_gate_never_trips_on_repeats_of_an_unchanged_job(base, new):
         assert "--count-machine" in dd["gate"]["reasons"][-1]
 
 
+@pytest.mark.slow  # reports every repeat of the fixture pairs
 def test_repeats_of_the_host_bound_jobs_differ_beyond_their_step_noise():
     """The problem the verdict exists for: captures of one unchanged job, step times far apart."""
     sig = [(a, b) for a, b in REPEAT_PAIRS if a.startswith(("cpu", "gpu_a", "gpu_b", "gpu_c"))

@@ -14,7 +14,8 @@ from public_traces import DDP_2RANK, need
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "big_baseline"
 
 
-@pytest.mark.parametrize("folder", [FIXTURE, DDP_2RANK], ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", [pytest.param(FIXTURE, marks=pytest.mark.slow), DDP_2RANK],  # the big one: slow
+                         ids=lambda p: p.name)
 def test_render_from_saved_json_equals_the_live_run(folder, tmp_path, capsys):
     need(folder)
     live, saved = tmp_path / "live", tmp_path / "saved"
