@@ -83,6 +83,8 @@ def _memory(d: ReportDoc) -> list[str]:
                            (mem.PREDICT_HEAD, mem.predict_rows(m))):
             if rows:
                 out += table(head, rows)
+            if head is mem.STEP_HEAD and mem.steps_note(m):
+                out += [md(mem.steps_note(m)) + "\n"]
         out += [md(n) + "\n" for n in (mem.accumulation_line(m), mem.note(m)) if n]
     return out
 

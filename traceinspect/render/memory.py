@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..report.doc import MemoryDoc, RankDoc, ReportDoc
 from . import safe
 from .document import given
+from .sections import MAX_STEP_ROWS  # as many step rows as the time section's step table
 
 MB = 1e6
 GB = 1e9
@@ -60,11 +61,31 @@ def headline(r: RankDoc) -> str | None:
 STEP_HEAD = ["step", "start", "peak alloc", "peak at ms", "peak reserved", "slack", "end", "scales w/ batch"]
 
 
+def shown_steps(m: MemoryDoc) -> list:
+    """The steps the memory table shows: all of them up to ``MAX_STEP_ROWS``; else the first, the last and those of
+    the highest peak allocated, in step order (a leak shows between the first and the last, the risk at the peaks)."""
+    steps = list(m.steps)
+    if len(steps) <= MAX_STEP_ROWS:
+        return steps
+    keep = {0, len(steps) - 1}
+    by_peak = sorted(range(1, len(steps) - 1), key=lambda i: (-(steps[i].peak_allocated_bytes or 0), i))
+    keep.update(by_peak[: MAX_STEP_ROWS - 2])
+    return [steps[i] for i in sorted(keep)]
+
+
 def step_rows(m: MemoryDoc) -> list[list[str]]:
     return [[str(s.step), size(s.start_allocated_bytes), size(s.peak_allocated_bytes),
              "-" if s.peak_at_us is None else f"{s.peak_at_us / 1000:.2f}",
              size(s.peak_reserved_bytes), size(s.slack_at_peak_bytes), size(s.end_allocated_bytes),
-             size(s.scaling_at_peak_bytes)] for s in m.steps]
+             size(s.scaling_at_peak_bytes)] for s in shown_steps(m)]
+
+
+def steps_note(m: MemoryDoc) -> str | None:
+    """Said under a memory table that shows only some of the steps."""
+    if len(m.steps) <= MAX_STEP_ROWS:
+        return None
+    return (f"{len(m.steps)} steps, {MAX_STEP_ROWS} shown: the first, the last and those of the highest peak "
+            "allocated (all in the JSON report)")
 
 
 HOLDER_HEAD = ["held at the peak", "phase", "op", "bytes", "allocations"]

@@ -196,6 +196,8 @@ def _memory(d: ReportDoc, console: Console) -> None:
                                  (mem.PREDICT_HEAD, mem.predict_rows(m), 1)):
             if rows:
                 _tables(console, head, rows, left)
+            if head is mem.STEP_HEAD and mem.steps_note(m):
+                say(console, mem.steps_note(m), indent=2, style="dim")
         for n in (mem.accumulation_line(m), mem.note(m)):
             if n:
                 say(console, n, indent=2, style="dim")
