@@ -322,9 +322,7 @@ def _sizes_and_bandwidth(df: pd.DataFrame, rank: RankTrace) -> pd.DataFrame:
         pgs, fallback = df["pg"].to_numpy(), pg_sizes.get(None, -1)
         gs[missing] = [pg_sizes.get(pgs[i], fallback) for i in missing]
     df["group_size"] = gs
-    by_dtype: dict = {}
-    size = np.array([by_dtype[d] if d in by_dtype else by_dtype.setdefault(d, dtype_bytes(d))
-                     for d in df["dtype"].tolist()], np.int64)
+    size = np.array(_per_distinct(dtype_bytes, df["dtype"].tolist()), np.int64)
     nel = df["nelems"].to_numpy().astype(np.int64)
     df["bytes"] = np.where((nel >= 0) & (size > 0), nel * size, -1)
     df["cpu_dur_us"] = df["cpu_dur"].astype(float)
@@ -333,10 +331,15 @@ def _sizes_and_bandwidth(df: pd.DataFrame, rank: RankTrace) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((df["bytes"] > 0) & (df["dur_us"] > 0), df["bytes"] / (df["dur_us"] * 1e-6) / 1e9, np.nan)
     df["algbw_gbps"] = algbw
-    factors: dict = {}
-    df["busbw_gbps"] = algbw * np.array([factors[k] if k in factors else factors.setdefault(k, busbw_factor(*k))
-                                         for k in zip(df["name"], gs.tolist())])
+    df["busbw_gbps"] = algbw * np.array(_per_distinct(lambda k: busbw_factor(*k), zip(df["name"], gs.tolist())))
     return df
+
+
+def _per_distinct(fn, keys) -> list:
+    """``[fn(k) for k in keys]``, calling ``fn`` once per distinct key: a rank's collectives repeat a few kinds,
+    dtypes and group sizes over thousands of rows."""
+    seen: dict = {}
+    return [seen[k] if k in seen else seen.setdefault(k, fn(k)) for k in keys]
 
 
 def _default_backend(rank: RankTrace) -> str:
