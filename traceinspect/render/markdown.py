@@ -79,12 +79,8 @@ def _memory(d: ReportDoc) -> list[str]:
         m = given(r.memory)
         if m is None:
             continue
-        for head, rows in ((mem.STEP_HEAD, mem.step_rows(m)), (mem.HOLDER_HEAD, mem.holder_rows(m)),
-                           (mem.PREDICT_HEAD, mem.predict_rows(m))):
-            if rows:
-                out += table(head, rows)
-            if head is mem.STEP_HEAD and mem.steps_note(m):
-                out += [md(mem.steps_note(m)) + "\n"]
+        for head, rows, _, under in mem.tables(m):
+            out += table(head, rows) + ([md(under) + "\n"] if under else [])
         out += [md(n) + "\n" for n in (mem.accumulation_line(m), mem.note(m)) if n]
     return out
 

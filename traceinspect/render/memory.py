@@ -89,14 +89,12 @@ def steps_note(m: MemoryDoc) -> str | None:
 
 
 HOLDER_HEAD = ["held at the peak", "phase", "op", "bytes", "allocations"]
+PREDICT_HEAD = ["batch", "predicted peak alloc", "with slack", "fits"]
 
 
 def holder_rows(m: MemoryDoc, limit: int = 8) -> list[list[str]]:
     return [[h.origin, h.phase or "-", safe.one_line(h.op) or "-", size(h.bytes), str(h.count) if h.count else "-"]
             for h in m.peak_holders[:limit]]
-
-
-PREDICT_HEAD = ["batch", "predicted peak alloc", "with slack", "fits"]
 
 
 def predict_rows(m: MemoryDoc) -> list[list[str]]:
@@ -106,6 +104,15 @@ def predict_rows(m: MemoryDoc) -> list[list[str]]:
         rows.append([str(p.batch) + (" (measured)" if p.measured else ""), size(p.peak_allocated_bytes),
                      size(p.peak_reserved_bytes), fits])
     return rows
+
+
+def tables(m: MemoryDoc, holders: int = 8) -> list[tuple[list[str], list[list[str]], int, str | None]]:
+    """The memory section's tables of a rank, in order, each as (head, rows, name columns, the line said under
+    it or None): steps, what is held at the peak (``holders`` rows), the predicted peaks; a table without rows is
+    left out (its line too)."""
+    out = [(STEP_HEAD, step_rows(m), 1, steps_note(m)), (HOLDER_HEAD, holder_rows(m, holders), 3, None),
+           (PREDICT_HEAD, predict_rows(m), 1, None)]
+    return [t for t in out if t[1]]
 
 
 def accumulation_line(m: MemoryDoc) -> str | None:

@@ -192,12 +192,10 @@ def _memory(d: ReportDoc, console: Console) -> None:
         m = given(r.memory)
         if m is None:
             continue
-        for head, rows, left in ((mem.STEP_HEAD, mem.step_rows(m), 1), (mem.HOLDER_HEAD, mem.holder_rows(m, 6), 3),
-                                 (mem.PREDICT_HEAD, mem.predict_rows(m), 1)):
-            if rows:
-                _tables(console, head, rows, left)
-            if head is mem.STEP_HEAD and mem.steps_note(m):
-                say(console, mem.steps_note(m), indent=2, style="dim")
+        for head, rows, left, under in mem.tables(m, holders=6):
+            _tables(console, head, rows, left)
+            if under:
+                say(console, under, indent=2, style="dim")
         for n in (mem.accumulation_line(m), mem.note(m)):
             if n:
                 say(console, n, indent=2, style="dim")
