@@ -7,7 +7,6 @@ default run checks each kind of trace once and ``.ci/run`` checks them all."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,18 @@ import pytest
 from public_traces import PUBLIC
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = re.compile(r"\.(pt\.trace\.json|json)(\.gz)?$")
 
 
-def trace_folders(root: Path) -> list[Path]:
-    """Every folder under ``root`` that holds a trace file itself."""
-    return sorted({p.parent for p in root.rglob("*") if TRACE.search(p.name) and p.is_file()})
+def trace_folders(root: Path, pattern: str = "*.pt.trace.json*") -> list[Path]:
+    """Every folder under ``root`` that holds a file named like a trace (``pattern``) itself. Our captures are named
+    as ``tensorboard_trace_handler`` names them, so the JSON files beside them (the captures' truth) are not
+    traces; the public traces keep the names their projects gave them (any ``.json`` or ``.json.gz``)."""
+    return sorted({p.parent for p in root.rglob(pattern) if p.is_file()})
 
 
-FOLDERS = trace_folders(ROOT / "fixtures") + (trace_folders(PUBLIC) if PUBLIC.exists() else [])
+FIXTURE_FOLDERS = trace_folders(ROOT / "fixtures")
+PUBLIC_FOLDERS = trace_folders(PUBLIC, "*.json*") if PUBLIC.exists() else []
+FOLDERS = FIXTURE_FOLDERS + PUBLIC_FOLDERS
 
 
 def folder_id(p: Path) -> str:

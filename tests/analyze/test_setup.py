@@ -12,11 +12,10 @@ import pytest
 
 from traceinspect.config import Config
 from traceinspect.run import report_folder
+from sweeps import FIXTURE_FOLDERS, PUBLIC_FOLDERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FIXTURE_FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")})
-PUBLIC_FOLDERS = sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else []
 CACHED = Config(workers=1)
 
 

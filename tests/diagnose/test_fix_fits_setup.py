@@ -12,11 +12,10 @@ from traceinspect.config import DEFAULT, Config
 from traceinspect.run import report_folder
 
 from fix_checks import contradictions
+from sweeps import FOLDERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"
-FOLDERS = sorted({p.parent for p in (ROOT / "fixtures").glob("**/*.pt.trace.json*")}) + (
-    sorted({p.parent for p in PUBLIC.glob("*/*.json*")}) if PUBLIC.exists() else [])
 CACHED = Config(workers=1)
 
 
