@@ -1,6 +1,6 @@
-"""A big rank's analyses side by side (the base tables here, the analyses in forked workers, those no worker has
-started taken back and run here: ``run/services.py``'s fan-out) give exactly the one-process RankAnalysis: the
-same tables in the same order, the same step columns."""
+"""A big rank's analyses side by side (this process and forked workers each claiming the next part, heaviest
+first: ``run/services.py``'s fan-out) give exactly the one-process RankAnalysis: the same tables in the same order,
+the same step columns."""
 
 from __future__ import annotations
 

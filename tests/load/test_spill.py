@@ -143,8 +143,32 @@ def test_a_rank_past_the_bound_runs_its_parts_in_one_process():
     parts = [os.getpid] * 5
     events = 2 * services.PARALLEL_MIN_EVENTS  # a big rank: its parts fork workers while the bound has room
     two = RunOptions(workers=2)
-    roomy = services.rank_fan_out(two, Limits())(parts, events)
     tight = services.rank_fan_out(two, Limits(memory_limit_bytes=events * services.PART_BYTES_PER_EVENT))(parts, events)
-    if services.workers(two).can_fork():
-        assert len(set(roomy)) == 2
     assert set(tight) == {os.getpid()}  # each worker would hold its own share: not side by side
+
+
+def test_a_big_rank_runs_its_parts_side_by_side(tmp_path):
+    """Two parts that each wait for the other to have started: they end at once only when they run in two
+    processes at the same time (one after the other, the first would wait out its minute)."""
+    import functools
+    import os
+    import time
+
+    from traceinspect.run import services
+
+    two = RunOptions(workers=2)
+    if not services.workers(two).can_fork():
+        pytest.skip("side-by-side parts need fork")
+
+    def meet(i: int) -> tuple[int, float]:
+        (tmp_path / str(i)).write_text(str(os.getpid()))
+        t0 = time.monotonic()
+        while len(list(tmp_path.iterdir())) < 2 and time.monotonic() - t0 < 60:
+            time.sleep(0.01)
+        return os.getpid(), time.monotonic() - t0
+
+    parts = [functools.partial(meet, i) for i in range(2)] + [os.getpid] * 3
+    out = services.rank_fan_out(two, Limits())(parts, 2 * services.PARALLEL_MIN_EVENTS)
+    assert out[0][0] != out[1][0]  # the two waits ran in two processes...
+    assert max(out[0][1], out[1][1]) < 30  # ...at the same time
+    assert len(out) == 5 and all(isinstance(p, int) for p in out[2:])  # every part's result, in the parts' order

@@ -36,7 +36,7 @@ def analyze_rank(rank: RankTrace, thresholds: Thresholds = DEFAULT, fan_out: Fan
     basis = "gpu" if len(steps.gpu_index) else "cpu"
     thunks = [partial(_base_part, rank, steps)]
     thunks += [partial(_run_part, part, rank, steps, table, thresholds) for part in _rank_parts()]
-    parts = fan_out(thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
+    parts = _heaviest_first(fan_out, thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
     tables: dict[str, pd.DataFrame] = {}
     errors: list[str] = []
     added: dict = {}
@@ -68,6 +68,25 @@ def analyze_rank(rank: RankTrace, thresholds: Thresholds = DEFAULT, fan_out: Fan
         setup=setup,
         unmodelled=dict(rank.unmodelled),
     )
+
+
+# The parts' cost on a big rank, heaviest first (measured on a 1 GB memory-heavy DDP trace, 4.1 M events: collectives
+# 1.2 s, issue 0.8, idle 0.7, memory 0.7, utilization 0.4, the base tables 0.25, the rest below 0.2). A fan-out hands
+# its processes the parts in this order, so the last to end ends soon after the others.
+HEAVIEST_FIRST = ("collectives", "issue", "idle", "memory", "utilization", "base", "optimizer", "precision")
+
+
+def _heaviest_first(fan_out: FanOut, thunks: list, events: int) -> list[RankPart]:
+    """``fan_out`` of the parts (the base part, then ``RANK_EXTENSIONS``' in order) handed over heaviest first; the
+    results in the parts' own order."""
+    names = ["base", *RANK_EXTENSIONS]
+    order = sorted(range(len(thunks)), key=lambda i: (HEAVIEST_FIRST.index(names[i]) if names[i] in HEAVIEST_FIRST
+                                                      else len(HEAVIEST_FIRST)))
+    ran = fan_out([thunks[i] for i in order], events)
+    parts: list = [None] * len(thunks)
+    for i, part in zip(order, ran):
+        parts[i] = part
+    return parts
 
 
 def _setup(rank: RankTrace, table: pd.DataFrame, tables: dict, errors: list[str]):

@@ -114,11 +114,11 @@ ANALYSIS_STACK = ("numpy", "pandas", "pyarrow")
 def _analyze(listing, options: RunOptions, limits: Limits, thresholds: Thresholds, observer: Observer | None):
     """The analysis of the ``listing`` (``load.discover.Listing``) on the executor ``options`` name."""
     from .._optional import require
-    from . import services
+    from . import pool, services
 
     # A big trace's pieces decode in workers while the analysis stack is imported; the loader collects them from
     # the workers handed on (``Workers.started``).
-    with services.started(listing.files, options, limits) as pre:
+    with pool.ordinary_pages(), services.started(listing.files, options, limits) as pre:
         require(ANALYSIS_STACK, "analysing traces")
         workers = replace(services.workers(options), started=pre)
         return _analyze_with(listing, options, limits, thresholds, observer, workers)

@@ -72,22 +72,34 @@ PARALLEL_MIN_EVENTS = 100_000
 # pass half of Limits.memory_limit_bytes side by side runs them one by one.
 PART_BYTES_PER_EVENT = 80
 
-_FORKED: list = []  # the parts forked workers see (set in the parent just before the fork)
+_FORKED: list = []  # (parts, counter): what forked workers see (set in the parent just before the fork)
 
 
-def _part_in_child(i: int):
-    return _FORKED[0][i]()
+def _claimed(parts, counter):
+    """The indices of ``parts`` this process claims, one at a time, from the ``counter`` every process shares."""
+    while True:
+        with counter.get_lock():
+            i = counter.value
+            if i >= len(parts):
+                return
+            counter.value = i + 1
+        yield i
+
+
+def _parts_in_child() -> list:
+    parts, counter = _FORKED[0]
+    return [(i, parts[i]()) for i in _claimed(parts, counter)]
 
 
 def rank_fan_out(options: RunOptions, limits: Limits):
     """``analyze.rank.FanOut``: a big rank's parts side by side, a small rank's one after the other here; the
     results in the parts' order.
 
-    Side by side, every part but the first is handed to forked workers, and this process, once it has run the
-    first, takes back from the end of the queue the parts no worker has started yet and runs them itself: the
-    workers work from the front and this process from the back until they meet, so neither waits on a split fixed
-    in advance (with one worker the two share the parts; with a worker for every part this process runs the first
-    alone)."""
+    Side by side, this process and its forked workers each claim the next part nobody has claimed yet from a
+    counter they share, run it, and claim again until none is left: a process that finishes early takes the next
+    part instead of waiting on a split fixed in advance, so with the parts handed in heaviest first (as
+    ``analyze_rank`` orders them) the processes end close together. This process, which needs no start, claims the
+    first (heaviest) part, and keeps the results of what it ran without sending them through a pipe."""
     w = workers(options)
 
     def fan_out(parts, events: int) -> list:
@@ -95,15 +107,17 @@ def rank_fan_out(options: RunOptions, limits: Limits):
         if (processes < 2 or events < PARALLEL_MIN_EVENTS or not w.can_fork()
                 or processes * events * PART_BYTES_PER_EVENT > limits.memory_limit_bytes // 2):
             return [p() for p in parts]
-        _FORKED.append(list(parts))
+        import multiprocessing as mp
+
+        counter = mp.get_context("fork").Value("i", 0)
+        _FORKED.append((list(parts), counter))
         try:
             with w.fork_pool(processes - 1) as pool:
-                futures = {i: pool.submit(_part_in_child, i) for i in range(1, len(parts))}
-                out = {0: parts[0]()}
-                for i in range(len(parts) - 1, 0, -1):
-                    if futures[i].cancel():  # no worker has started it: run it here
-                        out[i] = parts[i]()
-                return [out[i] if i in out else futures[i].result() for i in range(len(parts))]
+                futures = [pool.submit(_parts_in_child) for _ in range(processes - 1)]
+                out = {i: parts[i]() for i in _claimed(parts, counter)}
+                for f in futures:
+                    out.update(f.result())
+                return [out[i] for i in range(len(parts))]
         finally:
             _FORKED.clear()
 
