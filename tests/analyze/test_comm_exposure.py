@@ -132,3 +132,37 @@ def test_gpu_kinds_split_the_timelines_exposed_comm():
                 assert total == pytest.approx(s["comm_exposed_us"], rel=1e-3, abs=1.0), (r["rank"], s["step"])
                 checked += 1
     assert checked >= 3
+
+
+def _charge_one_by_one(ws, we, bs, be):
+    """Each window in turn, from where the earlier ones reached: its length less the busy time inside it, summed
+    as numpy sums one window's overlaps."""
+    import numpy as np
+
+    out, reach = np.zeros(len(ws)), -np.inf
+    for i in range(len(ws)):
+        a, b = max(ws[i], reach), we[i]
+        if b > a:
+            lo, hi = np.searchsorted(be, a, "right"), np.searchsorted(bs, b, "left")
+            covered = np.clip(np.minimum(be[lo:hi], b) - np.maximum(bs[lo:hi], a), 0, None).sum() if hi > lo else 0.0
+            out[i] = (b - a) - covered
+        reach = max(reach, we[i])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_windows_charged_at_once_equal_one_by_one(seed):
+    """Random windows over random disjoint busy intervals (some windows covering dozens of them, some inside one,
+    some overlapping earlier windows): the vectorized charge equals the window-by-window one bit for bit."""
+    import numpy as np
+
+    from traceinspect.analyze.comm_exposure import charge
+
+    rng = np.random.default_rng(seed)
+    edges = np.sort(rng.uniform(0, 1e4, 2 * int(rng.integers(0, 300))))
+    bs, be = edges[0::2], edges[1::2]
+    n = int(rng.integers(0, 60))
+    ws = np.sort(rng.uniform(-100, 1.01e4, n))
+    we = ws + rng.choice([0.0, 1.0, 50.0, 2000.0], n) * rng.uniform(0, 1, n)
+    got = charge(ws, we, bs, be)
+    assert got.tobytes() == _charge_one_by_one(ws, we, bs, be).tobytes()

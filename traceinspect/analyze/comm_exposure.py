@@ -38,23 +38,34 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s[idx], np.maximum.reduceat(e, idx)
 
 
-def free_length(a: float, b: float, bs: np.ndarray, be: np.ndarray) -> float:
-    """Length of [a, b) not covered by the disjoint sorted intervals (bs, be)."""
-    if b <= a:
-        return 0.0
-    i, j = np.searchsorted(be, a, "right"), np.searchsorted(bs, b, "left")
-    covered = np.clip(np.minimum(be[i:j], b) - np.maximum(bs[i:j], a), 0, None).sum() if j > i else 0.0
-    return float((b - a) - covered)
-
-
 def charge(ws: np.ndarray, we: np.ndarray, bs: np.ndarray, be: np.ndarray) -> np.ndarray:
-    """Per window (in issue order): its time not covered by the busy union (bs, be) nor by an earlier window."""
+    """Per window (in issue order): its time not covered by the busy union (bs, be) nor by an earlier window.
+
+    All windows at once: each starts where the earlier ones reached, so what is left of them is disjoint, and the
+    busy intervals each covers are found by two searches; the covered time is summed per window as a sum over its
+    overlaps would (in order, numpy's pairwise sum where it covers 8 intervals or more)."""
     out = np.zeros(len(ws))
-    reach = -np.inf  # end of the union of the earlier windows
-    for i in range(len(ws)):
-        a, b = max(ws[i], reach), we[i]
-        out[i] = free_length(a, b, bs, be) if b > a else 0.0
-        reach = max(reach, we[i])
+    if not len(ws):
+        return out
+    reach = np.empty(len(ws))
+    reach[0] = -np.inf  # end of the union of the earlier windows
+    np.maximum.accumulate(we[:-1], out=reach[1:])
+    a, b = np.maximum(ws, reach), np.asarray(we, float)
+    live = np.flatnonzero(b > a)
+    a, b = a[live], b[live]
+    i, j = np.searchsorted(be, a, "right"), np.searchsorted(bs, b, "left")
+    count = np.maximum(j - i, 0)
+    covered = np.zeros(len(live))
+    first = np.cumsum(count) - count  # where each window's overlaps start in the flat list
+    if count.sum():
+        w = np.repeat(np.arange(len(live)), count)
+        k = i[w] + (np.arange(len(w)) - first[w])  # the busy interval of each (window, interval) pair
+        over = np.clip(np.minimum(be[k], b[w]) - np.maximum(bs[k], a[w]), 0, None)
+        has = count > 0
+        covered[has] = np.add.reduceat(over, first[has])  # in order, as a sum of fewer than 8 values is
+        for q in np.flatnonzero(count >= 8):
+            covered[q] = over[first[q]:first[q] + count[q]].sum()
+    out[live] = (b - a) - covered
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -58,7 +59,14 @@ def normalize_collective(name) -> str:
     """'c10d::allreduce_', 'nccl:all_reduce', '_allgather_base', 'AllReduce' ... -> 'allreduce', 'allgather'..."""
     if name is None or (isinstance(name, float) and math.isnan(name)):
         return "unknown"
-    n = str(name).lower()
+    return _normalized(str(name))
+
+
+@lru_cache(maxsize=1 << 12)
+def _normalized(name: str) -> str:
+    """``normalize_collective`` of a name (remembered: a trace names its collectives a few ways, tens of thousands
+    of times)."""
+    n = name.lower()
     for prefix in ("_c10d_functional::", "c10d_functional::", "c10d::", "nccl:", "gloo:", "rccl:", "ucc:", "mpi:"):
         if n.startswith(prefix):
             n = n[len(prefix):]

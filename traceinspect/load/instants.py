@@ -89,28 +89,50 @@ def _ints(values: list) -> np.ndarray:
 
 
 def _table(rows: list[tuple]) -> dict | None:
-    """(ts, tid, oom, args tuple) rows -> columns; rows with a time that is not a finite number are dropped."""
+    """(ts, tid, oom, args tuple) rows -> columns (``_columns``), each value coerced on its own."""
     if not rows:
         return None
     ts = np.array([r[0] if isinstance(r[0], (int, float)) and not isinstance(r[0], bool) else np.nan
                    for r in rows], np.float64)
+    return _columns(ts, _ints([r[1] for r in rows]), np.fromiter((r[2] for r in rows), np.bool_, len(rows)),
+                    [_ints([r[3][j] for r in rows]) for j in range(len(MEMORY_ARG_FIELDS))])
+
+
+def _columns(ts: np.ndarray, tid: np.ndarray, oom: np.ndarray, args: list[np.ndarray]) -> dict | None:
+    """The table's columns; rows with a time that is not a finite number are dropped, a device type or id beyond
+    its column's type reads as -1."""
     ok = np.isfinite(ts) & (np.abs(ts) < 1e17)
     if not ok.all():
-        rows = list(compress(rows, ok))
-        ts = ts[ok]
-        if not rows:
+        if not ok.any():
             return None
-    out = {"ts": ts,
-           "tid": _ints([r[1] for r in rows]),
-           "oom": np.fromiter((r[2] for r in rows), np.bool_, len(rows))}
-    for j, (attr, _) in enumerate(MEMORY_ARG_FIELDS):
-        col = _ints([r[3][j] for r in rows])
+        ts, tid, oom, args = ts[ok], tid[ok], oom[ok], [a[ok] for a in args]
+    out = {"ts": ts, "tid": tid, "oom": oom}
+    for (attr, _), col in zip(MEMORY_ARG_FIELDS, args):
         if attr == "device_type":
             col = np.where((col >= -128) & (col < 128), col, -1).astype(np.int8)
         elif attr == "device_id":
             col = np.where((col >= -32768) & (col < 32768), col, -1).astype(np.int16)
         out[attr] = col
     return out
+
+
+_TS, _TID, _NAME, _ARGS_OF = (attrgetter(a) for a in ("ts", "tid", "name", "args"))
+_ARG_GETTERS = [attrgetter(attr) for attr, _ in MEMORY_ARG_FIELDS]
+
+
+def _typed_table(events: list) -> dict | None:
+    """``_table`` of instants the tagged decoder typed (a float time, int arguments, int threads), a column at a
+    time in C; None where an int is past int64 (``_table`` then reads it as -1)."""
+    n = len(events)
+    try:
+        tid = np.fromiter(map(_TID, events), np.int64, n)
+        args = list(map(_ARGS_OF, events))
+        cols = [np.fromiter(map(get, args), np.int64, n) for get in _ARG_GETTERS]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    ts = np.fromiter(map(_TS, events), np.float64, n)
+    oom = np.fromiter(map("[OutOfMemory]".__eq__, map(_NAME, events)), np.bool_, n)
+    return _columns(ts, tid, oom, cols)
 
 
 def from_tagged(events: list, keys: list, icodes: np.ndarray) -> dict | None:
@@ -120,11 +142,12 @@ def from_tagged(events: list, keys: list, icodes: np.ndarray) -> dict | None:
     wanted = [i for i, k in enumerate(keys) if k[0] is None and k[1] in MEMORY_NAMES]
     if not wanted:
         return None
-    rows = []
-    for e in compress(events, np.isin(icodes, wanted)):
-        args = e.args
-        rows.append((e.ts, e.tid, e.name == "[OutOfMemory]", _ARGS(args)))
-    return _table(rows)
+    found = list(compress(events, np.isin(icodes, wanted)))
+    if all(type(keys[i][3]) is int for i in wanted):  # no thread named by a string (which reads as -1)
+        fast = _typed_table(found)
+        if fast is not None:
+            return fast
+    return _table([(e.ts, e.tid, e.name == "[OutOfMemory]", _ARGS(e.args)) for e in found])
 
 
 def from_bytes(data) -> dict | None:

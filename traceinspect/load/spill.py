@@ -30,38 +30,9 @@ from .limits import Limits
 from .unmodelled import merged
 
 
-def concat_pieces(pieces: list[dict]) -> dict:
-    """Merge per-piece columns, unifying each piece's string table into one categorical.
-
-    Column by column, dropping each piece's copy as soon as it is merged: the peak is one file's columns plus one
-    column, not two copies of everything.
-    """
-    out: dict = {}
-    n = sum(p["n"] for p in pieces)
-    for col in NUM_COLS:
-        out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
-    for col in STR_COLS:
-        table: dict = {}
-        parts = []
-        for p in pieces:
-            codes, strings = p.pop(col)
-            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
-            parts.append(remap[codes])  # code -1 picks the trailing -1
-        codes = np.concatenate(parts) if parts else np.empty(0, np.int32)
-        out[col] = (codes, list(table))
-    for col in RAW_COLS:  # object arrays (None where a piece has none)
-        if any(p[col] is not None for p in pieces):
-            out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object) for p in pieces])
-        else:
-            out[col] = None
-    out["n"] = n
-    out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
-    out["instants"] = _instants.concat(p.get("instants") for p in pieces)
-    return out
-
-
 class ColumnSink:
-    """Pieces' columns in, one file's columns out (``finish``): the layout ``concat_pieces`` makes."""
+    """Pieces' columns in, one file's columns out (``finish``): every column one array, each string column's codes
+    numbered in order of first appearance in the file, with its table of strings."""
 
     def __init__(self, limits: Limits):
         self.spill_bytes = limits.spill_bytes
@@ -78,13 +49,23 @@ class ColumnSink:
         self.n = 0
 
     def add(self, piece: dict) -> None:
+        self._unify(piece)
         if self.files is None:
             self.pieces.append(piece)
-            self.held += sum(piece[c].nbytes for c in NUM_COLS) + sum(piece[c][0].nbytes for c in STR_COLS)
+            self.held += sum(piece[c].nbytes for c in (*NUM_COLS, *STR_COLS))
             if self.held > self.spill_bytes:
                 self._start_spilling()
             return
         self._append(piece)
+
+    def _unify(self, piece: dict) -> None:
+        """The piece's string codes renumbered onto the file's tables as it comes (each string numbered in order of
+        first appearance in the file), so that finishing joins arrays only."""
+        for col in STR_COLS:
+            codes, strings = piece[col]
+            table = self.tables[col]
+            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
+            piece[col] = remap[codes]  # code -1 picks the trailing -1
 
     def _start_spilling(self) -> None:
         _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
@@ -100,10 +81,7 @@ class ColumnSink:
         for col in NUM_COLS:
             self._write(col, piece.pop(col))
         for col in STR_COLS:
-            codes, strings = piece.pop(col)
-            table = self.tables[col]
-            remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
-            self._write(col, remap[codes])  # code -1 picks the trailing -1
+            self._write(col, piece.pop(col))
         for col in RAW_COLS:
             self.raw[col].append((piece["n"], piece.pop(col)))
         self.unmodelled.append(piece.get("unmodelled"))
@@ -121,7 +99,7 @@ class ColumnSink:
     def finish(self) -> dict:
         if self.files is None:
             pieces, self.pieces = self.pieces, []
-            return concat_pieces(pieces)
+            return self._joined(pieces)
         out: dict = {}
         for col in NUM_COLS:
             out[col] = _mapped(*self.files[col], self.n)
@@ -137,6 +115,26 @@ class ColumnSink:
         out["unmodelled"] = merged(self.unmodelled)
         out["instants"] = _instants.concat(self.instants)
         self.files = {}
+        return out
+
+    def _joined(self, pieces: list[dict]) -> dict:
+        """The pieces held in memory as one file's columns, column by column, dropping each piece's copy as soon as
+        it is joined: the peak is one file's columns plus one column, not two copies of everything."""
+        out: dict = {}
+        for col in NUM_COLS:
+            out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
+        for col in STR_COLS:
+            codes = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0, np.int32)
+            out[col] = (codes, list(self.tables[col]))
+        for col in RAW_COLS:  # object arrays (None where a piece has none)
+            if any(p[col] is not None for p in pieces):
+                out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object)
+                                           for p in pieces])
+            else:
+                out[col] = None
+        out["n"] = sum(p["n"] for p in pieces)
+        out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
+        out["instants"] = _instants.concat(p.get("instants") for p in pieces)
         return out
 
     def close(self) -> None:

@@ -28,9 +28,12 @@ def clean(v):
     return v
 
 
+_AS_IS = {str, type(None)}  # what ``clean`` gives back unchanged, whatever the column
+
+
 def clean_records(table: pd.DataFrame) -> list[dict]:
     """``[clean(r) for r in table.to_dict("records")]``, column by column: numeric columns convert in one call each
-    (NaN and infinities -> None), only object columns go value by value."""
+    (NaN and infinities -> None), only object columns holding more than strings and None go value by value."""
     names = [str(c) for c in table.columns]
     cols = []
     for i in range(table.shape[1]):
@@ -44,6 +47,8 @@ def clean_records(table: pd.DataFrame) -> list[dict]:
         elif kind in "iub":
             vals = col.tolist()
         else:
-            vals = [clean(x) for x in col.tolist()]
+            vals = col.tolist()
+            if not set(map(type, vals)) <= _AS_IS:  # strings and None stay as they are: the rest value by value
+                vals = [clean(x) for x in vals]
         cols.append(vals)
     return [dict(zip(names, row)) for row in zip(*cols)]
