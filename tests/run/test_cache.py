@@ -180,6 +180,15 @@ def test_cache_dir_in_or_at_the_trace_folder_is_refused_and_the_traces_are_found
         assert snapshot(folder) == before
 
 
+def test_a_path_that_is_not_there_is_one_line_about_the_path(tmp_path, capfd):
+    """A trace path that does not exist is the report's one error line; the cache, whose folder lies inside the
+    missing path's parent (here the temporary folder), is not blamed for it."""
+    missing = tmp_path / "no-such-run"
+    assert main(["report", str(missing), "--cache-dir", str(tmp_path / "cache"), "-q"]) == 2
+    err = capfd.readouterr().err.splitlines()
+    assert err == [f"traceinspect: {missing}: no such file or folder"], err
+
+
 def test_cached_report_imports_no_pandas(tmp_path):
     need(DIFF_CONTROL)
     folder = tmp_path / "traces"

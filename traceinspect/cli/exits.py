@@ -14,11 +14,13 @@ the process entry point (``entry``) turns even a failure of this module into one
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 
 import click
@@ -96,13 +98,26 @@ def open_missing_streams() -> None:
 
 def exit_process(code: int) -> None:
     """Exit the process with ``code``. A stdout that failed is pointed at /dev/null first, so that the
-    interpreter's own flush at exit has nothing left to complain about (no "Exception ignored" lines)."""
+    interpreter's own flush at exit has nothing left to complain about (no "Exception ignored" lines).
+
+    Once the streams are flushed and the exit handlers have run, the process ends without the interpreter freeing
+    every object it made one by one: after a report of a 1 GB trace that took 0.2 s, for nothing. Where a thread
+    that would keep the process alive still runs, the interpreter's own exit waits for it instead."""
     if _stdout_broken() is not None:
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):
             pass
-    sys.exit(code)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def run(command, argv: list[str] | None) -> int:

@@ -110,7 +110,7 @@ def _store(options: RunOptions) -> Store | None:
 def refusal(options: RunOptions, folder: str | os.PathLike | None = None) -> str | None:
     """Why the cache cannot be used (for a report of ``folder``), or None when it can."""
     root = cache_root(options)
-    if folder is not None:
+    if folder is not None and os.path.exists(folder):  # a path that is not there is the report's own error
         trace = Path(folder).resolve()
         top = trace if trace.is_dir() else trace.parent
         where = root.resolve()
