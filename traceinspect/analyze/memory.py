@@ -287,14 +287,14 @@ def _pass_end_of(rank: RankTrace, steps, ts: np.ndarray, step_idx: np.ndarray) -
 def _envelope(fixed: np.ndarray, scal: np.ndarray, step: int) -> pd.DataFrame:
     """The events where ``fixed + scaling * x`` can be the largest for some x >= 0: for each distinct scaling
     value, the largest fixed part; then only those not beaten by another with both more fixed and more scaling."""
-    df = pd.DataFrame({"fixed": fixed.astype(np.int64), "scaling": scal.astype(np.int64)})
-    df = df.groupby("scaling", as_index=False)["fixed"].max().sort_values("scaling", ascending=False)
-    f = df["fixed"].to_numpy()
-    before = np.concatenate([[-np.inf], np.maximum.accumulate(f)[:-1]])
+    f, s = fixed.astype(np.int64), scal.astype(np.int64)
+    o = np.lexsort((f, s))  # by scaling, then fixed: the last of each scaling value holds its largest fixed part
+    f, s = f[o], s[o]
+    last = np.flatnonzero(np.append(s[1:] != s[:-1], True)) if len(s) else np.empty(0, np.int64)
+    f, s = f[last][::-1], s[last][::-1]  # one row per scaling value, the most scaling first
+    before = np.concatenate([[-np.inf], np.maximum.accumulate(f)[:-1]]) if len(f) else np.empty(0)
     keep = f > before  # no event with at least as much scaling has as much fixed
-    out = df[keep].copy()
-    out.insert(0, "step", step)
-    return out[["step", "fixed", "scaling"]].reset_index(drop=True)
+    return pd.DataFrame({"step": np.full(int(keep.sum()), step, np.int64), "fixed": f[keep], "scaling": s[keep]})
 
 
 def _holders(p: int, total: int, b, free_at, step_idx, phase, op, worst: int, st: pd.DataFrame) -> pd.DataFrame:
