@@ -43,3 +43,25 @@ def test_the_rank_analysis_is_frozen():
     ra = R.analyze_rank(trace.ranks[0], Thresholds())
     with pytest.raises(dataclasses.FrozenInstanceError):
         ra.steps = ra.steps.head(1)
+
+
+def test_the_capturable_intervals_are_made_once_in_a_process(monkeypatch):
+    """The CPU-issue analysis and the idle split both read the capturable intervals: in one process they are made
+    once (``rank.SharedInputs``), and the columns equal those of each analysis making its own."""
+    from traceinspect.analyze import idle, issue
+
+    trace = load(need(DIFF_CONTROL), Config(use_cache=False, workers=1))
+    rk = trace.ranks[0]
+    calls = []
+    real = issue.capturable_intervals
+    counted = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(issue, "capturable_intervals", counted)
+    monkeypatch.setattr(idle, "capturable_intervals", counted)
+    ra = R.analyze_rank(rk, Thresholds())
+    assert len(calls) == 1
+    steps = R.find_steps(rk)
+    table = R.attribute(rk, steps, Thresholds())
+    alone = {**issue.rank_part(rk, steps, table).columns, **idle.rank_part(rk, steps, table).columns}
+    assert len(calls) == 3 and {"cpu_capturable_us", "idle_launch_capturable_us"} <= set(alone)
+    for col, values in alone.items():
+        assert ra.steps[col].to_numpy().tobytes() == pd.Series(values).to_numpy().tobytes(), col

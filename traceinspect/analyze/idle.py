@@ -53,13 +53,15 @@ IDLE_COLUMNS = ("idle_queued_us", "idle_blocked_us", "idle_first_launch_us", "id
                 "idle_host_us")
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None) -> RankPart:
-    """The idle split (``IDLE_COLUMNS``) and ``first_launch_count``; absent on CPU-only traces."""
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None, shared=None) -> RankPart:
+    """The idle split (``IDLE_COLUMNS``) and ``first_launch_count``; absent on CPU-only traces. ``shared``: the
+    rank's ``rank.SharedInputs``, which holds the capturable intervals when the CPU-issue analysis made them here."""
     gidx = steps.gpu_index
     if not len(gidx) or "bd_idle" not in table:
         return RankPart()
     ev = rank.events
-    cap = capturable_intervals(rank, steps, table)  # first: its sweep's peak stacks on nothing held here
+    # First: its sweep's peak stacks on nothing held here.
+    cap = shared.capturable() if shared is not None else capturable_intervals(rank, steps, table)
     ts = ev["ts"].to_numpy()
     end = EndTimes(ev)
     kind = ev["kind"].to_numpy()

@@ -249,12 +249,13 @@ def _capturable(bounds: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.nda
     return t[keep], t[keep + 1]
 
 
-def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None) -> RankPart:
-    """``cpu_issue_us`` and ``cpu_capturable_us`` for every step (GPU and CPU-only traces alike)."""
+def rank_part(rank: RankTrace, steps, table: pd.DataFrame, thresholds=None, shared=None) -> RankPart:
+    """``cpu_issue_us`` and ``cpu_capturable_us`` for every step (GPU and CPU-only traces alike). ``shared``: the
+    rank's ``rank.SharedInputs``, whose capturable intervals the idle split reads too."""
     if not len(table):
         return RankPart()
     threads = issuing_threads(rank.events, steps.gpu_index, steps.main_tid)  # once for both sweeps
-    a, b = capturable_intervals(rank, steps, table, threads)
+    a, b = shared.capturable(threads) if shared is not None else capturable_intervals(rank, steps, table, threads)
     tl = build_timeline(a, b, np.zeros(len(a), int), 1)
     captured = tl.union_in(table["cpu_start_us"].to_numpy(), table["cpu_end_us"].to_numpy())[0]
     return RankPart(columns={"cpu_issue_us": cpu_issue_us(rank, steps, table, threads), "cpu_capturable_us": captured})

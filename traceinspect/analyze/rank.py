@@ -35,7 +35,10 @@ def analyze_rank(rank: RankTrace, thresholds: Thresholds = DEFAULT, fan_out: Fan
     table = attribute(rank, steps, thresholds)
     basis = "gpu" if len(steps.gpu_index) else "cpu"
     thunks = [partial(_base_part, rank, steps)]
-    thunks += [partial(_run_part, part, rank, steps, table, thresholds) for part in _rank_parts()]
+    shared = SharedInputs(rank, steps, table)
+    thunks += [partial(_run_part, part, rank, steps, table, thresholds,
+                       shared if name in READS_SHARED else None)
+               for name, part in zip(RANK_EXTENSIONS, _rank_parts())]
     parts = _heaviest_first(fan_out, thunks, len(rank.events)) if fan_out is not None else [t() for t in thunks]
     tables: dict[str, pd.DataFrame] = {}
     errors: list[str] = []
@@ -122,9 +125,36 @@ def _base_part(rank: RankTrace, steps) -> RankPart:
     return RankPart(tables=tables)
 
 
-def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, thresholds: Thresholds) -> RankPart:
+class SharedInputs:
+    """What more than one analysis of a rank reads, made the first time one of them asks in a process and handed
+    to the next that asks there: the CPU-issue analysis and the idle split both read the intervals a CUDA graph
+    takes off the CPU (``issue.capturable_intervals``, a sweep over the rank's CPU events). Side by side, a forked
+    worker inherits the instance before anything is made, so each process makes its own at most once."""
+
+    def __init__(self, rank: RankTrace, steps, table: pd.DataFrame):
+        self._inputs = (rank, steps, table)
+        self._capturable: tuple[np.ndarray, np.ndarray] | None = None
+
+    def capturable(self, threads: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``issue.capturable_intervals`` of the rank (``threads``: its issuing threads, when the caller has
+        them)."""
+        if self._capturable is None:
+            from .issue import capturable_intervals
+
+            self._capturable = capturable_intervals(*self._inputs, threads)
+        return self._capturable
+
+
+# The analyses handed the rank's ``SharedInputs`` (as ``shared=``).
+READS_SHARED = frozenset({"issue", "idle"})
+
+
+def _run_part(part, rank: RankTrace, steps, table: pd.DataFrame, thresholds: Thresholds,
+              shared: SharedInputs | None = None) -> RankPart:
     """One analysis' part; its failure is a line in the rank's errors (the rank's report stands without it)."""
     try:
+        if shared is not None:
+            return part(rank, steps, table, thresholds, shared=shared)
         return part(rank, steps, table, thresholds)
     except Exception as exc:  # one failing analysis must not take the rank's report down
         return RankPart(errors=(f"{part.__module__.rsplit('.', 1)[-1]} analysis failed on rank {rank.rank}: "

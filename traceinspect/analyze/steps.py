@@ -243,6 +243,14 @@ def _launch_steps(ev: pd.DataFrame, gidx: np.ndarray, steps: pd.DataFrame) -> tu
     # The first call of each (window, correlation), as a join on one integer key (what the frames' merge did).
     rkey, gkey = keys
     del rwin, rcorr, gwin, gcorr, keys
+    calls = pd.Index(rkey)
+    if calls.is_unique:  # one call per (window, correlation), as Kineto writes them: one hash table for both joins
+        at = calls.get_indexer(gkey)
+        hit = np.flatnonzero(at >= 0)
+        lts[hit] = rts[at[hit]]
+        hit = hit[in_step[at[hit]]]
+        out[hit] = kk[at[hit]]
+        return out, lts
     lkey = rkey[in_step]
     first = ~pd.Index(lkey).duplicated()
     at = pd.Index(lkey[first]).get_indexer(gkey)
