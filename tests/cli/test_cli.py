@@ -161,7 +161,7 @@ def test_second_report_comes_from_cache_and_is_identical(tmp_path):
     cache = tmp_path / "cache"
     first = run_cli("report", traces, "--width", "120", "--cache-dir", cache)
     assert first.returncode == 0
-    assert list(cache.rglob("report-*.json")) and list(cache.rglob("rank-*.json"))
+    assert list(cache.rglob("report-*.msgpack")) and list(cache.rglob("rank-*.json"))
     assert sorted(p.name for p in traces.iterdir()) == ["rank3.json.gz"]
     second = run_cli("report", traces, "--width", "120", "--cache-dir", cache)
     assert second.stdout == first.stdout

@@ -92,7 +92,7 @@ def test_report_leaves_the_trace_folder_byte_for_byte_unchanged(tmp_path, monkey
         folder.chmod(0o755)
     assert after == before
     assert first == second
-    assert list(cache_dir.rglob("report-*.json")), "the cache went to the user cache folder"
+    assert list(cache_dir.rglob("report-*.msgpack")), "the cache went to the user cache folder"
 
 
 def test_crafted_cache_entries_are_refused_not_executed(tmp_path):

@@ -48,7 +48,7 @@ _MAC_BYTES = 32
 _HEADER = len(MAGIC) + _MAC_BYTES
 SECRET = "secret"
 INDEX = "index.sqlite"
-ENTRY = re.compile(r"(cols|rank|report)-[0-9a-f][0-9a-f-]*\.(parquet|json)")
+ENTRY = re.compile(r"(cols|rank|report)-[0-9a-f][0-9a-f-]*\.(parquet|json|msgpack)")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SWEEP_EVERY = 1000  # at least this many writes between two listings of the folder
 
