@@ -98,8 +98,8 @@ def rank_fan_out(options: RunOptions, limits: Limits):
     Side by side, this process and its forked workers each claim the next part nobody has claimed yet from a
     counter they share, run it, and claim again until none is left: a process that finishes early takes the next
     part instead of waiting on a split fixed in advance, so with the parts handed in heaviest first (as
-    ``analyze_rank`` orders them) the processes end close together. This process, which needs no start, claims the
-    first (heaviest) part, and keeps the results of what it ran without sending them through a pipe."""
+    ``analyze_rank`` orders them) the processes end close together. This process, which needs no start, mostly
+    claims the first (heaviest) part, and keeps the results of what it ran without sending them through a pipe."""
     w = workers(options)
 
     def fan_out(parts, events: int) -> list:
