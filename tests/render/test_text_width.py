@@ -120,22 +120,3 @@ def test_cli_takes_its_width_from_columns_then_width():
     for bad in ("39", "1001"):
         p = run_report("--width", bad)
         assert p.returncode == 2 and "Traceback" not in p.stderr and "--width" in p.stderr
-
-
-def test_a_comment_paragraph_too_wide_is_wrapped_as_one():
-    """Constructed: three comment lines of one paragraph (the whole-step graph's fix), wider than 80 columns, are
-    wrapped as one paragraph: every line but the last filled up to the width, the words in order; at 120 columns,
-    where they fit, they are printed as written."""
-    from traceinspect.render import layout
-
-    fix = ["# one CUDA graph for the whole step (forward, backward, optimizer): the CPU keeps the batch's copy in,",
-           "# one replay and the reads of the loss (torch.compile(model, mode=\"reduce-overhead\") keeps the",
-           "# optimizer, zero_grad, AccumulateGrad and the Python between on the CPU)",
-           "g = torch.cuda.CUDAGraph()"]
-    assert layout.code(fix, 120) == fix
-    out = layout.code(fix, 80)
-    comments = out[:-1]
-    assert out[-1] == fix[-1] and all(x.startswith("# ") and cell_len(x) <= 80 for x in comments)
-    for line, after in zip(comments, comments[1:]):
-        assert cell_len(line) + 1 + len(after[2:].split()[0]) > 80  # the next line's first word did not fit
-    assert same_code(out, fix) and len(comments) == 4

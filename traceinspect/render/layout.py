@@ -5,9 +5,7 @@ renderers print what they return. Widths are counted in terminal cells (``rich.c
 Code (a finding's fix) is never wrapped mid-token: a line longer than the width is broken, in order, by
 
 1. moving a trailing comment onto its own lines below the code (a comment line is valid anywhere: inside open
-   brackets it starts where their next line does), its words wrapped as ``# ...`` lines; lines of comment alone
-   that follow one another at one indent are one paragraph, wrapped as one where any of them is too long (not each
-   on its own, which would leave a short line after each);
+   brackets it starts where their next line does), its words wrapped as ``# ...`` lines;
 2. breaking the code after a comma or an opening bracket inside brackets (Python's implicit line joining), the rest
    indented under the bracket, or 4 columns in when that is too far right (a line that continues brackets opened
    above, and starts past half the width, is moved 4 columns in from its statement first);
@@ -114,31 +112,10 @@ def _break_code(code: str, depth: int, width: int) -> list[str]:
     return out + [code]
 
 
-def _paragraphs(lines: list[str], width: int) -> list[str]:
-    """The lines, each run of comment-only lines at one indent that holds a line too long for ``width`` wrapped as
-    one paragraph."""
-    out, i = [], 0
-    while i < len(lines):
-        line = lines[i]
-        indent = len(line) - len(line.lstrip())
-        j = i
-        while j < len(lines) and lines[j].lstrip().startswith("#") and \
-                len(lines[j]) - len(lines[j].lstrip()) == indent:
-            j += 1
-        if j - i > 1 and any(cell_len(x) > width for x in lines[i:j]):
-            body = " ".join(x.strip().lstrip("#").strip() for x in lines[i:j])
-            out += _comment_lines(body, " " * indent, width)
-            i = j
-            continue
-        out += lines[i:max(j, i + 1)]
-        i = max(j, i + 1)
-    return out
-
-
 def code(lines: list[str], width: int) -> list[str]:
     """Lines of Python laid out in ``width`` without changing what they mean (see the module's doc)."""
     out, depth, base = [], 0, 0
-    for line in _paragraphs(lines, width):
+    for line in lines:
         comment, _, end_depth, opens = _scan(line, depth)
         indent = len(line) - len(line.lstrip())
         if depth == 0:
