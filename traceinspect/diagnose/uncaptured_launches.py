@@ -168,14 +168,16 @@ def fix(ev: Evidence, setup=None) -> str:
 
     if _graphs(setup):  # graphs of the model already: what is left is the rest of the step (advice, not new graphs)
         return "\n".join([
-            "# the program already replays graphs of the model: the optimizer step, zero_grad, AccumulateGrad and",
-            "# the Python between stay on the CPU; move them into the captured step (forward, backward, opt.step() in",
-            "# one graph, static inputs, gradients kept with zero_grad(set_to_none=False))",
+            "# the program already replays graphs of the model: the optimizer step,",
+            "# zero_grad, AccumulateGrad and the Python between stay on the CPU; move",
+            "# them into the captured step (forward, backward, opt.step() in one graph,",
+            "# static inputs, gradients kept with zero_grad(set_to_none=False))",
             _optimizer_line(setup)])
     lines = [
-        "# one CUDA graph for the whole step (forward, backward, optimizer): the CPU keeps the batch's copy in,",
-        "# one replay and the reads of the loss (torch.compile(model, mode=\"reduce-overhead\") keeps the",
-        "# optimizer, zero_grad, AccumulateGrad and the Python between on the CPU)",
+        "# one CUDA graph for the whole step (forward, backward, optimizer): the",
+        "# CPU keeps the batch's copy in, one replay and the reads of the loss",
+        "# (torch.compile(model, mode=\"reduce-overhead\") keeps the optimizer,",
+        "# zero_grad, AccumulateGrad and the Python between on the CPU)",
         _optimizer_line(setup),
         "static_x, static_y = next(iter(loader))   # static inputs; warm up a few steps on a side stream first",
         "g = torch.cuda.CUDAGraph()",
