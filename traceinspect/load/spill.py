@@ -50,6 +50,12 @@ class ColumnSink:
 
     def add(self, piece: dict) -> None:
         self._unify(piece)
+        # What stays in memory either way (a few columns, and only for some rows) is kept aside as it comes.
+        for col in RAW_COLS:
+            self.raw[col].append((piece["n"], piece.pop(col)))
+        self.unmodelled.append(piece.pop("unmodelled", None))
+        self.instants.append(piece.pop("instants", None))
+        self.n += piece["n"]
         if self.files is None:
             self.pieces.append(piece)
             self.held += sum(piece[c].nbytes for c in (*NUM_COLS, *STR_COLS))
@@ -78,15 +84,8 @@ class ColumnSink:
             self._append(p)
 
     def _append(self, piece: dict) -> None:
-        for col in NUM_COLS:
+        for col in (*NUM_COLS, *STR_COLS):
             self._write(col, piece.pop(col))
-        for col in STR_COLS:
-            self._write(col, piece.pop(col))
-        for col in RAW_COLS:
-            self.raw[col].append((piece["n"], piece.pop(col)))
-        self.unmodelled.append(piece.get("unmodelled"))
-        self.instants.append(piece.get("instants"))
-        self.n += piece["n"]
 
     def _write(self, col: str, arr: np.ndarray) -> None:
         f, dtype = self.files[col]
@@ -97,16 +96,21 @@ class ColumnSink:
         f.write(np.ascontiguousarray(arr).data)
 
     def finish(self) -> dict:
+        """The file's columns: joined from the pieces held in memory (column by column, dropping each piece's copy
+        as soon as it is joined: the peak is one file's columns plus one column), or mapped from the spill files."""
+        out: dict = {}
         if self.files is None:
             pieces, self.pieces = self.pieces, []
-            return self._joined(pieces)
-        out: dict = {}
-        for col in NUM_COLS:
-            out[col] = _mapped(*self.files[col], self.n)
+            for col, empty in [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]:
+                out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0, empty)
+        else:
+            for col in (*NUM_COLS, *STR_COLS):
+                out[col] = _mapped(*self.files[col], self.n)
+            self.files = {}
         for col in STR_COLS:
-            out[col] = (_mapped(*self.files[col], self.n), list(self.tables[col]))
-        for col in RAW_COLS:
-            parts = self.raw[col]
+            out[col] = (out[col], list(self.tables[col]))
+        for col in RAW_COLS:  # object arrays (None where no piece has any)
+            parts, self.raw[col] = self.raw[col], []
             if any(a is not None for _, a in parts):
                 out[col] = np.concatenate([a if a is not None else np.empty(n, object) for n, a in parts])
             else:
@@ -114,27 +118,6 @@ class ColumnSink:
         out["n"] = self.n
         out["unmodelled"] = merged(self.unmodelled)
         out["instants"] = _instants.concat(self.instants)
-        self.files = {}
-        return out
-
-    def _joined(self, pieces: list[dict]) -> dict:
-        """The pieces held in memory as one file's columns, column by column, dropping each piece's copy as soon as
-        it is joined: the peak is one file's columns plus one column, not two copies of everything."""
-        out: dict = {}
-        for col in NUM_COLS:
-            out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0)
-        for col in STR_COLS:
-            codes = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0, np.int32)
-            out[col] = (codes, list(self.tables[col]))
-        for col in RAW_COLS:  # object arrays (None where a piece has none)
-            if any(p[col] is not None for p in pieces):
-                out[col] = np.concatenate([p[col] if p[col] is not None else np.empty(p["n"], object)
-                                           for p in pieces])
-            else:
-                out[col] = None
-        out["n"] = sum(p["n"] for p in pieces)
-        out["unmodelled"] = merged(p.get("unmodelled") for p in pieces)
-        out["instants"] = _instants.concat(p.get("instants") for p in pieces)
         return out
 
     def close(self) -> None:
