@@ -133,7 +133,7 @@ def _memory(d: ReportDoc) -> list[dict]:
                       {"head": mem.HOLDER_HEAD, "rows": mem.holder_rows(m)}]
             if m.predicted:
                 tables.append({"head": mem.PREDICT_HEAD, "rows": mem.predict_rows(m)})
-        notes = [x for x in ((mem.steps_note(m), mem.accumulation_line(m), mem.note(m)) if m else ()) if x]
+        notes = [x for x in (mem.steps_note(m), *mem.notes(m)) if x] if m else []
         out.append({"headline": line, "tables": tables, "notes": notes})
     for r in d.ranks:  # cost and the trade-off table
         title, rows, cost = mem.tradeoff_title(r), mem.tradeoff_rows(r), mem.cost_line(r)

@@ -81,7 +81,7 @@ def _memory(d: ReportDoc) -> list[str]:
             continue
         for head, rows, _, under in mem.tables(m):
             out += table(head, rows) + ([md(under) + "\n"] if under else [])
-        out += [md(n) + "\n" for n in (mem.accumulation_line(m), mem.note(m)) if n]
+        out += [md(n) + "\n" for n in mem.notes(m)]
     return out
 
 

@@ -115,6 +115,12 @@ def tables(m: MemoryDoc, holders: int = 8) -> list[tuple[list[str], list[list[st
     return [t for t in out if t[1]]
 
 
+def notes(m: MemoryDoc) -> list[str]:
+    """The lines said after a rank's memory tables: the (batch, accumulation) pairs that keep the logical batch,
+    and the margin note; those that have something to say."""
+    return [n for n in (accumulation_line(m), note(m)) if n]
+
+
 def accumulation_line(m: MemoryDoc) -> str | None:
     opts = [a for a in m.accumulation_options if a.fits is not False]
     if not opts:

@@ -196,9 +196,8 @@ def _memory(d: ReportDoc, console: Console) -> None:
             _tables(console, head, rows, left)
             if under:
                 say(console, under, indent=2, style="dim")
-        for n in (mem.accumulation_line(m), mem.note(m)):
-            if n:
-                say(console, n, indent=2, style="dim")
+        for n in mem.notes(m):
+            say(console, n, indent=2, style="dim")
 
 
 def _cost(d: ReportDoc, console: Console) -> None:
