@@ -172,3 +172,25 @@ def test_a_big_rank_runs_its_parts_side_by_side(tmp_path):
     assert out[0][0] != out[1][0]  # the two waits ran in two processes...
     assert max(out[0][1], out[1][1]) < 30  # ...at the same time
     assert len(out) == 5 and all(isinstance(p, int) for p in out[2:])  # every part's result, in the parts' order
+
+
+def test_pieces_handed_over_as_codes_join_into_the_columns_of_the_whole_file(plain):
+    """A piece crosses the pipe with its process, thread and rarely present argument columns as codes into their
+    few distinct values (``columns.LOOKUPS``); joined held or spilled, and beside a piece whose columns came whole
+    (as the slower decoders give them), they are the columns of the file decoded at once."""
+    from traceinspect.load.columns import LOOKUPS, expanded
+    from traceinspect.load.decode import decode_range, decode_whole, plan_ranges
+    from traceinspect.load.spill import ColumnSink
+
+    whole = decode_whole(str(plain))[0]
+    ranges = plan_ranges(str(plain))["ranges"]
+    assert len(ranges) > 3
+    for limits in (Limits(), SMALL):
+        sink = ColumnSink(limits)
+        for i, (a, b) in enumerate(ranges):
+            piece = decode_range(str(plain), a, b)
+            assert {c for _, values in piece[LOOKUPS] for c in values} == {
+                "pid", "tid", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"}
+            sink.add(expanded(piece) if i == 1 else piece)
+        _same_columns(whole, sink.finish())
+        sink.close()

@@ -164,9 +164,11 @@ _RARE = attrgetter(*_RARE_INTS, *_RARE_STRS)
 _ONE = itemgetter(0)
 
 
-def columns_from_tagged(events: list) -> dict:
+def columns_from_tagged(events: list, compact: bool = False) -> dict:
     """Columns of events decoded by the strict tagged decoder: complete events are structs with every field, every
     other phase a field-less struct whose ``cat``, ``name``, ``pid`` and ``tid`` are class attributes (None).
+    ``compact``: the columns made from a few distinct values are handed over as codes into those values
+    (``LOOKUPS``; ``expanded`` makes them columns), for a piece that crosses a pipe to the process joining it.
 
     The same columns as ``columns_from_events`` gives for the same events (tests/load/test_columns.py)."""
     m = len(events)
@@ -183,8 +185,7 @@ def columns_from_tagged(events: list) -> dict:
     out: dict = {"n": n, "kind": kind_of[icodes].astype(np.uint8), "instants": found}
     out["unmodelled"] = unmodelled(((k[0], c) for k, c, kk in zip(keys, per_key, kind_of) if kk < 0 and c),
                                    _CAT_LOOKUP)
-    out["pid"] = _ints(itemgetter(2), keys, len(keys))[icodes]
-    out["tid"] = _ints(itemgetter(3), keys, len(keys))[icodes]
+    lookups = [(icodes, {"pid": _ints(itemgetter(2), keys, len(keys)), "tid": _ints(itemgetter(3), keys, len(keys))})]
     # Names numbered in order of first appearance among the kept events, as one pass over the names would.
     names = _Codes()
     names[None] = -1
@@ -199,12 +200,27 @@ def columns_from_tagged(events: list) -> dict:
     rare = _Table()
     rcodes = np.fromiter(map(rare.__getitem__, map(_RARE, args)), np.int32, n)
     table = list(rare)
-    for j, col in enumerate(_RARE_INTS):
-        out[col] = _ints(itemgetter(j), table, len(table))[rcodes]
+    lookups.append((rcodes, {col: _ints(itemgetter(j), table, len(table)) for j, col in enumerate(_RARE_INTS)}))
     for j, col in enumerate(_RARE_STRS, start=len(_RARE_INTS)):
         codes, strings = _intern_iter(map(itemgetter(j), table), len(table))
         out[col] = (codes[rcodes], strings)
-    return _finish(out, args)
+    out[LOOKUPS] = lookups
+    out = _finish(out, args)
+    return out if compact else expanded(out)
+
+
+# A piece's integer columns that are codes into a few distinct values: a list of (codes, {column: values}), each
+# column ``values[codes]`` (``expanded``). The process and thread of an event come from its (category, name,
+# process, thread) key, the rarely present arguments from their tuple: 8 columns of 8 bytes an event become 2 of 4.
+LOOKUPS = "lookups"
+
+
+def expanded(cols: dict) -> dict:
+    """``cols`` with every column handed over as codes (``LOOKUPS``) made whole: ``values[codes]``."""
+    for codes, values in cols.pop(LOOKUPS, ()):
+        for col, vals in values.items():
+            cols[col] = vals[codes]
+    return cols
 
 
 def _with_lower_case_ext(ext: np.ndarray, args: list) -> np.ndarray:
@@ -308,7 +324,10 @@ def _drop_impossible_times(out: dict) -> None:
 def _keep(out: dict, ok: np.ndarray) -> None:
     """Only the rows where ``ok``."""
     for col in NUM_COLS:
-        out[col] = out[col][ok]
+        if col in out:  # else in a lookup's codes, kept below
+            out[col] = out[col][ok]
+    if LOOKUPS in out:
+        out[LOOKUPS] = [(codes[ok], values) for codes, values in out[LOOKUPS]]
     for col in STR_COLS:
         codes, table = out[col]
         out[col] = (codes[ok], table)

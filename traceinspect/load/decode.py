@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Union
 
 import msgspec
@@ -116,25 +117,28 @@ _NOARGS_ONE = msgspec.json.Decoder(_NoArgsEvent)
 _LOOSE = msgspec.json.Decoder(list[LooseEvent])
 
 
-def decode_piece(piece: bytes) -> dict:
-    """Decode a run of comma-separated events (no brackets) into columns."""
-    return decode_array(b"[" + piece + b"]")
+def decode_piece(piece: bytes, compact: bool = False) -> dict:
+    """Decode a run of comma-separated events (no brackets) into columns (``compact``: see ``decode_array``)."""
+    return decode_array(b"[" + piece + b"]", compact)
 
 
-def decode_array(data: bytes) -> dict:
+def decode_array(data: bytes, compact: bool = False) -> dict:
     """Decode a JSON array of events into columns: tagged by phase and typed, else typed, else loosely typed, else
     one event at a time (each a slower path for files that the faster one cannot take). Text nested too deeply
     raises ``msgspec.DecodeError`` saying so; ``NaN`` and ``Infinity`` (which Python's ``json.dumps`` writes for
-    non-finite floats) are read by the standard library in pieces of bounded size (``_decode_python``)."""
+    non-finite floats) are read by the standard library in pieces of bounded size (``_decode_python``).
+
+    ``compact``: columns of a few distinct values may come as codes into them (``columns.LOOKUPS``), for a piece
+    that a ``spill.ColumnSink`` joins (it makes them whole)."""
     try:
-        return _decode_array(data)
+        return _decode_array(data, compact)
     except RecursionError:
         raise msgspec.DecodeError(TOO_DEEP) from None
 
 
-def _decode_array(data) -> dict:
+def _decode_array(data, compact: bool = False) -> dict:
     try:
-        return columns_from_tagged(_TAGGED.decode(data))
+        return columns_from_tagged(_TAGGED.decode(data), compact)
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as exc:
@@ -252,24 +256,44 @@ def decode_whole(path: str, *, limits: Limits = DEFAULT_LIMITS, data: bytes | No
 
 
 def decode_range(path: str, start: int, end: int) -> dict:
-    """Decode the events in bytes [start, end) of a plain file (run in a worker process).
+    """Decode the events in bytes [start, end) of a plain file (run in a worker process) into a piece's columns,
+    compact (``decode_array``) for the ``spill.ColumnSink`` that joins them.
 
     ``pread`` into a private buffer rather than a memory map: mapped file pages would stay resident in the worker
-    and count against its memory for the whole file it walks through.
+    and count against its memory for the whole file it walks through. The buffer is the thread's own and serves its
+    next piece too (``_piece_buffer``): a fresh one of 8 MB costs the system two thousand zeroed pages a piece.
+    Nothing decoded keeps a reference to it: the columns are numbers and strings made from it.
     """
-    # The piece is read between the brackets that make it an array, so it is never copied to add them.
-    buf = bytearray(end - start + 2)
-    buf[0], buf[-1] = 0x5B, 0x5D  # "[", "]"
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        view = memoryview(buf)[1:-1]
-        got = 0
-        while got < len(view):
-            k = os.preadv(fd, [view[got:]], start + got)
-            if k == 0:
-                raise TraceFileError(path, "file shrank while being read")
-            got += k
-        view.release()
-    finally:
-        os.close(fd)
-    return decode_array(buf)
+    n = end - start
+    buf = _piece_buffer(n + 2)
+    with memoryview(buf) as whole, whole[: n + 2] as text:
+        # The piece is read between the brackets that make it an array, so it is never copied to add them.
+        text[0], text[n + 1] = 0x5B, 0x5D  # "[", "]"
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = 0
+            while got < n:
+                with text[1 + got : n + 1] as rest:
+                    k = os.preadv(fd, [rest], start + got)
+                if k == 0:
+                    raise TraceFileError(path, "file shrank while being read")
+                got += k
+        finally:
+            os.close(fd)
+        return decode_array(text, compact=True)  # for a ColumnSink, always
+
+
+_BUFFERS = threading.local()
+# A buffer is kept for the next piece up to this size (a piece runs a little past ``PIECE_BYTES`` to the next event
+# boundary); a larger one, for a file cut into larger pieces, is made for its piece alone.
+_KEEP_BYTES = 4 * PIECE_BYTES
+
+
+def _piece_buffer(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes for this thread's piece: the one its last piece used where that is large
+    enough."""
+    buf = getattr(_BUFFERS, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(max(size, PIECE_BYTES + (PIECE_BYTES >> 2)))
+        _BUFFERS.buf = buf if len(buf) <= _KEEP_BYTES else None
+    return buf

@@ -56,9 +56,9 @@ def _decode_cut(path: str, pool: Executor | None, progress: ProgressFn | None, w
             if progress:
                 progress(path, len(piece), 0)
             if pool is None:
-                sink.add(decode_piece(piece))
+                sink.add(decode_piece(piece, compact=True))
                 continue
-            inflight.append(pool.submit(decode_piece, piece))
+            inflight.append(pool.submit(decode_piece, piece, compact=True))
             if len(inflight) >= limit:
                 sink.add(inflight.pop(0).result())
         while inflight:

@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 
 from . import instants as _instants
-from .columns import NUM_COLS, RAW_COLS, STR_COLS
+from .columns import LOOKUPS, NUM_COLS, RAW_COLS, STR_COLS, expanded
 from .limits import Limits
 from .unmodelled import merged
 
@@ -43,6 +43,8 @@ class ColumnSink:
         self.held = 0
         self.files: dict[str, tuple] | None = None  # column -> (file, dtype) once spilled
         self.tables: dict[str, dict] = {c: {} for c in STR_COLS}
+        # columns handed over as codes (``columns.LOOKUPS``): per group of columns, its distinct value tuples
+        self.lookups: dict[tuple, dict] = {}
         self.raw: dict[str, list] = {c: [] for c in RAW_COLS}
         self.unmodelled: list = []  # each piece's counts of events no analysis models (load/unmodelled.py)
         self.instants: list = []  # each piece's memory instants (load/instants.py), held: a few columns a row
@@ -50,6 +52,7 @@ class ColumnSink:
 
     def add(self, piece: dict) -> None:
         self._unify(piece)
+        self._unify_lookups(piece)
         # What stays in memory either way (a few columns, and only for some rows) is kept aside as it comes.
         for col in RAW_COLS:
             self.raw[col].append((piece["n"], piece.pop(col)))
@@ -58,7 +61,8 @@ class ColumnSink:
         self.n += piece["n"]
         if self.files is None:
             self.pieces.append(piece)
-            self.held += sum(piece[c].nbytes for c in (*NUM_COLS, *STR_COLS))
+            self.held += sum(piece[c].nbytes for c in (*NUM_COLS, *STR_COLS) if c in piece)
+            self.held += sum(codes.nbytes for _, codes in piece[LOOKUPS])
             if self.held > self.spill_bytes:
                 self._start_spilling()
             return
@@ -73,6 +77,33 @@ class ColumnSink:
             remap = np.array([table.setdefault(s, len(table)) for s in strings] + [-1], dtype=np.int32)
             piece[col] = remap[codes]  # code -1 picks the trailing -1
 
+    def _unify_lookups(self, piece: dict) -> None:
+        """The piece's lookup codes renumbered onto the file's tables of distinct values, as strings are; held as
+        (columns, codes) until the columns are joined."""
+        groups = []
+        for codes, values in piece.pop(LOOKUPS, ()):
+            cols = tuple(values)
+            table = self.lookups.setdefault(cols, {})
+            rows = zip(*(values[c].tolist() for c in cols))
+            remap = np.array([table.setdefault(r, len(table)) for r in rows], dtype=np.int32)
+            groups.append((cols, remap[codes]))
+        piece[LOOKUPS] = groups
+
+    def _values(self) -> dict[str, np.ndarray]:
+        """Each looked-up column's distinct values, in code order."""
+        out = {}
+        for cols, table in self.lookups.items():
+            rows = np.array(list(table), dtype=np.int64).reshape(len(table), len(cols))
+            out.update({c: np.ascontiguousarray(rows[:, j]) for j, c in enumerate(cols)})
+        return out
+
+    def _whole(self, piece: dict, values: dict[str, np.ndarray]) -> dict:
+        """The piece with its looked-up columns made whole (for the spill files, which hold whole columns)."""
+        for cols, codes in piece.pop(LOOKUPS, ()):
+            for c in cols:
+                piece[c] = values[c][codes]
+        return piece
+
     def _start_spilling(self) -> None:
         _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
         _LIBC.return_freed_memory()
@@ -84,6 +115,8 @@ class ColumnSink:
             self._append(p)
 
     def _append(self, piece: dict) -> None:
+        if piece[LOOKUPS]:
+            self._whole(piece, self._values())
         for col in (*NUM_COLS, *STR_COLS):
             self._write(col, piece.pop(col))
 
@@ -101,8 +134,9 @@ class ColumnSink:
         out: dict = {}
         if self.files is None:
             pieces, self.pieces = self.pieces, []
+            values = self._values()
             for col, empty in [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]:
-                out[col] = np.concatenate([p.pop(col) for p in pieces]) if pieces else np.empty(0, empty)
+                out[col] = _joined(col, pieces, values) if pieces else np.empty(0, empty)
         else:
             for col in (*NUM_COLS, *STR_COLS):
                 out[col] = _mapped(*self.files[col], self.n)
@@ -125,6 +159,28 @@ class ColumnSink:
             f.close()
         self.files = None
         self.pieces = []
+
+
+def _joined(col: str, pieces: list[dict], values: dict[str, np.ndarray]) -> np.ndarray:
+    """One column of the pieces, joined into one array made once: each piece's own column, or its lookup codes
+    taken from the file's distinct values; each piece's own column is dropped as soon as it is joined."""
+    parts = []  # (array, whether it is codes into ``values[col]``)
+    for p in pieces:
+        if col in p:
+            parts.append((p.pop(col), False))
+        else:
+            parts.append((next(codes for cols, codes in p[LOOKUPS] if col in cols), True))
+    out = np.empty(sum(len(a) for a, _ in parts), np.result_type(*[values[col] if coded else a for a, coded in parts]))
+    at = 0
+    for i, (a, coded) in enumerate(parts):
+        part = out[at : at + len(a)]
+        if coded:
+            np.take(values[col], a, out=part, mode="clip")  # codes are in range: "clip" only skips a copy
+        else:
+            part[...] = a
+        at += len(a)
+        parts[i] = None
+    return out
 
 
 def _mapped(f, dtype, n: int) -> np.ndarray:
