@@ -185,12 +185,12 @@ def test_pieces_handed_over_as_codes_join_into_the_columns_of_the_whole_file(pla
     whole = decode_whole(str(plain))[0]
     ranges = plan_ranges(str(plain))["ranges"]
     assert len(ranges) > 3
-    for limits in (Limits(), SMALL):
+    for limits, whole_piece in [(Limits(), None), (Limits(), 1), (SMALL, None), (SMALL, 1)]:
         sink = ColumnSink(limits)
         for i, (a, b) in enumerate(ranges):
             piece = decode_range(str(plain), a, b)
             assert {c for _, values in piece[LOOKUPS] for c in values} == {
                 "pid", "tid", "stream", "bytes", "in_nelems", "out_nelems", "group_size", "seq"}
-            sink.add(expanded(piece) if i == 1 else piece)
+            sink.add(expanded(piece) if i == whole_piece else piece)
         _same_columns(whole, sink.finish())
         sink.close()

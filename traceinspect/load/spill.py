@@ -134,9 +134,13 @@ class ColumnSink:
         out: dict = {}
         if self.files is None:
             pieces, self.pieces = self.pieces, []
-            values = self._values()
+            values, codes = self._values(), _joined_codes(pieces)
             for col, empty in [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]:
-                out[col] = _joined(col, pieces, values) if pieces else np.empty(0, empty)
+                if col in codes:
+                    out[col] = values[col].take(codes[col], mode="clip")  # codes are in range: "clip" skips a check
+                else:
+                    out[col] = _joined(col, pieces, values) if pieces else np.empty(0, empty)
+            del codes
         else:
             for col in (*NUM_COLS, *STR_COLS):
                 out[col] = _mapped(*self.files[col], self.n)
@@ -159,6 +163,20 @@ class ColumnSink:
             f.close()
         self.files = None
         self.pieces = []
+
+
+def _joined_codes(pieces: list[dict]) -> dict[str, np.ndarray]:
+    """Column -> the file's codes of that column, for the looked-up columns that every piece hands over as codes
+    (all of them where every piece came from the fast decoder): each group's codes joined once."""
+    if not pieces:
+        return {}
+    groups = [dict(p[LOOKUPS]) for p in pieces]
+    out = {}
+    for cols in set.intersection(*(set(g) for g in groups)):
+        if not any(c in p for p in pieces for c in cols):
+            joined = np.concatenate([g[cols] for g in groups])
+            out.update(dict.fromkeys(cols, joined))
+    return out
 
 
 def _joined(col: str, pieces: list[dict], values: dict[str, np.ndarray]) -> np.ndarray:
