@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from traceinspect.analyze.events import step_at
+from traceinspect.analyze.events import codes_in, step_at
 
 
 def _scan(starts, ends, t, win=None, step_win=None):
@@ -35,3 +35,11 @@ def test_step_at_matches_scan(steps, times):
 def test_nan_and_no_steps():
     assert step_at(np.array([0.0]), np.array([10.0]), np.array([np.nan, 5.0])).tolist() == [-1, 0]
     assert step_at(np.empty(0), np.empty(0), np.array([1.0, 2.0])).tolist() == [-1, -1]
+
+
+@given(st.lists(st.integers(-1, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12, unique=True))
+def test_codes_in_equals_numpy_isin(codes, hits):
+    """Categorical codes (-1: none) against few hits (one comparison each) and many (a table): never the -1."""
+    for dtype in (np.int8, np.int16, np.int32):
+        c = np.array(codes, dtype)
+        assert np.array_equal(codes_in(c, hits), np.isin(c, hits)), dtype

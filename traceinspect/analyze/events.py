@@ -58,9 +58,25 @@ def row_bounds(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 
 def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
-    cats = ev["name"].cat.categories
-    hit = np.array([bool(pred(str(c))) for c in cats] + [False])
-    return hit.take(ev["name"].cat.codes.to_numpy())  # code -1 takes the trailing False
+    hits = [i for i, c in enumerate(ev["name"].cat.categories) if pred(str(c))]
+    return codes_in(ev["name"].cat.codes.to_numpy(), hits)
+
+
+def codes_in(codes: np.ndarray, hits: list[int]) -> np.ndarray:
+    """Where ``codes`` (a categorical's, -1 for none) is one of ``hits``: a comparison per code where they are
+    few (a predicate on names mostly picks a few), else a lookup table over the codes' range; both a fraction of
+    indexing a table by every code (which first widens the codes to 64 bits)."""
+    if len(hits) <= _FEW_CODES:
+        out = np.zeros(len(codes), bool)
+        eq = np.empty(len(codes), bool) if hits else None
+        for h in hits:
+            np.equal(codes, h, out=eq)
+            out |= eq
+        return out
+    return np.isin(codes, hits, kind="table")
+
+
+_FEW_CODES = 3
 
 
 def unique_ints(values: np.ndarray) -> np.ndarray:

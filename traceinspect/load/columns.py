@@ -277,9 +277,10 @@ def _finish(out: dict, args: list) -> dict:
     codes, table = out["name"]
     wanted = np.array([_wants_shapes(t) for t in table] + [False])[codes] & (out["kind"] <= 1)
     rows = np.flatnonzero(wanted)
+    picked = list(map(args.__getitem__, rows.tolist()))
     for col in RAW_COLS:
-        get = _G[col]
-        vals = [bytes(get(args[i])).decode() or None for i in rows]
+        raws = list(map(_G[col], picked))
+        vals = [bytes(v).decode() if v else None for v in raws] if any(raws) else []  # an absent key reads b""
         if any(vals):
             full = np.empty(n, object)  # all None
             full[rows] = _objects(vals)
