@@ -136,23 +136,29 @@ class _ArgColumns:
 
 
 def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
-    """One row per issue record (same order), sized from the record's own arguments."""
+    """One row per issue record (same order), sized from the record's own arguments (each argument read for all
+    the records at once, then walked as Python values)."""
     a = _ArgColumns(ev)
-    dur = ev["dur"].to_numpy()
-    its, iwin, itid = issues["ts"].to_numpy(), issues["window"].to_numpy(), issues["tid"].to_numpy()
+    rows = issues["row"].to_numpy()
+    coll, names, dtypes, pgs = (v[rows].tolist() for v in (a.coll, a.names, a.dtype, a.pg))
+    in_nel, out_nel, gsize, seq = (v[rows].tolist() for v in (a.in_nel, a.out_nel, a.gsize, a.seq))
+    dur = ev["dur"].to_numpy()[rows].tolist()
+    its, iwin, itid = (issues[c].to_numpy().tolist() for c in ("ts", "window", "tid"))
     recs = []
-    for i, (r, src) in enumerate(zip(issues["row"].to_numpy(), issues["source"].to_numpy())):
+    for i, (r, src) in enumerate(zip(rows.tolist(), issues["source"].to_numpy().tolist())):
         if src == "record_param_comms":
-            nm = normalize_collective(a.coll[r])
-            nel = a.out_nel[r] if nm == "allgather" else a.in_nel[r]
-            dt = a.dtype[r]
+            nm = normalize_collective(coll[i])
+            nel = out_nel[i] if nm == "allgather" else in_nel[i]
+            dt = dtypes[i]
         else:
-            nm = normalize_collective(a.names[r])
-            nel = _dims_nelems(a.in_dims[r], input_argument(a.names[r], nm))
+            nm = normalize_collective(names[i])
+            nel = _dims_nelems(a.in_dims[r], input_argument(names[i], nm))
             dt = _first_type(a.in_types[r])
+        pg = pgs[i]
         recs.append(_row(
-            **a.recorded(r, nm, int(nel) if nel is not None and nel >= 0 else -1, dt),
-            cpu_ts_us=float(its[i]), cpu_dur=float(dur[r]), window=int(iwin[i]), tid=int(itid[i]), source=src,
+            name=nm, pg=pg if isinstance(pg, str) else None, nelems=int(nel) if nel is not None and nel >= 0 else -1,
+            dtype=dt if isinstance(dt, str) else None, group_size=gsize[i], seq=seq[i],
+            cpu_ts_us=float(its[i]), cpu_dur=float(dur[i]), window=int(iwin[i]), tid=int(itid[i]), source=src,
         ))
     return recs
 

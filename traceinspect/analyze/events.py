@@ -59,24 +59,26 @@ def row_bounds(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     hits = [i for i, c in enumerate(ev["name"].cat.categories) if pred(str(c))]
-    return codes_in(ev["name"].cat.codes.to_numpy(), hits)
+    return among(ev["name"].cat.codes.to_numpy(), hits)
 
 
-def codes_in(codes: np.ndarray, hits: list[int]) -> np.ndarray:
-    """Where ``codes`` (a categorical's, -1 for none) is one of ``hits``: a comparison per code where they are
-    few (a predicate on names mostly picks a few), else a lookup table over the codes' range; both a fraction of
-    indexing a table by every code (which first widens the codes to 64 bits)."""
-    if len(hits) <= _FEW_CODES:
-        out = np.zeros(len(codes), bool)
-        eq = np.empty(len(codes), bool) if hits else None
-        for h in hits:
-            np.equal(codes, h, out=eq)
+def among(values: np.ndarray, wanted) -> np.ndarray:
+    """Where the integers ``values`` (a categorical's codes, -1 for none; thread ids...) are one of ``wanted``: a
+    comparison each where they are few (a predicate on names mostly picks a few, a rank has a few threads), else
+    ``isin``. Both a fraction of ``np.isin`` on millions of values, or of indexing a table by every code (which
+    first widens the codes to 64 bits)."""
+    wanted = np.unique(np.asarray(wanted, dtype=np.int64))
+    if len(wanted) <= _FEW:
+        out = np.zeros(len(values), bool)
+        eq = np.empty(len(values), bool) if len(wanted) else None
+        for w in wanted.tolist():
+            np.equal(values, w, out=eq)
             out |= eq
         return out
-    return np.isin(codes, hits, kind="table")
+    return isin(values, wanted)
 
 
-_FEW_CODES = 3
+_FEW = 3
 
 
 def unique_ints(values: np.ndarray) -> np.ndarray:
