@@ -56,12 +56,13 @@ def _umask() -> int:
     return mask
 
 
-def write_text(path: str, text: str) -> None:
-    """``text`` into ``path`` atomically (see the module docstring), or onto stdout when ``path`` is ``-``."""
+def write_text(path: str, text: str | bytes) -> None:
+    """``text`` (or its UTF-8 bytes) into ``path`` atomically (see the module docstring), or onto stdout when
+    ``path`` is ``-``."""
     if is_stdout(path):
-        click.echo(text, nl=not text.endswith("\n"))
+        click.echo(text, nl=not text.endswith("\n" if isinstance(text, str) else b"\n"))
         return
-    write_file(path, text.encode("utf-8"))
+    write_file(path, text.encode("utf-8") if isinstance(text, str) else text)
 
 
 def _written_in_place(p: Path) -> bool:

@@ -13,7 +13,7 @@ def write_folder(d: ReportDoc | dict, folder: Path, write) -> None:
     from .json_doc import render_json
     from .markdown import render_markdown
 
-    write(folder / "report.json", render_json(d).encode("utf-8"))
+    write(folder / "report.json", render_json(d))
     import_optional("matplotlib", "--out (the plots)")
     from .plots import write_plots
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..report.doc import ReportDoc
 
 
-def render_json(d: ReportDoc | dict) -> str:
-    from ..report.io import dumps
+def render_json(d: ReportDoc | dict) -> bytes:
+    """The indented JSON text, as the UTF-8 bytes written to a file or stdout."""
+    from ..report.io import dump_bytes
 
-    return dumps(d)
+    return dump_bytes(d)

@@ -19,7 +19,12 @@ _PREFIX = "traceinspect.report/"
 
 def dumps(doc: ReportDoc | dict) -> str:
     """The report as indented JSON text (the format ``report --json`` writes)."""
-    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode()
+    return dump_bytes(doc).decode()
+
+
+def dump_bytes(doc: ReportDoc | dict) -> bytes:
+    """``dumps`` as the UTF-8 bytes a file gets (a report of tens of MB is not turned into text and back)."""
+    return msgspec.json.format(msgspec.json.encode(doc), indent=1)
 
 
 def save(doc: ReportDoc | dict, path: str | os.PathLike) -> None:
