@@ -114,7 +114,7 @@ def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _spans(s: np.ndarray, e: np.ndarray, t0: float) -> list[list[float]]:
     """[[start, duration], ...] in microseconds since the step's start (nanosecond precision)."""
-    return [[round(float(a - t0), 3), round(float(b - a), 3)] for a, b in zip(s, e)]
+    return [[round(a, 3), round(d, 3)] for a, d in zip((s - t0).tolist(), (e - s).tolist())]
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ class ColumnSink:
             values, codes = self._values(), _joined_codes(pieces)
             for col, empty in [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]:
                 if col in codes:
-                    out[col] = values[col].take(codes[col], mode="clip")  # codes are in range: "clip" skips a check
+                    out[col] = values[col][codes[col]]
                 else:
                     out[col] = _joined(col, pieces, values) if pieces else np.empty(0, empty)
             del codes
