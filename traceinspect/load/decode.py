@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any, Union
 
 import msgspec
+import numpy as np
 
 from ..errors import TraceFileError
 from .columns import NUM_COLS, RAW_COLS, STR_COLS, columns_from_events, columns_from_tagged  # noqa: F401
@@ -260,13 +260,13 @@ def decode_range(path: str, start: int, end: int) -> dict:
     compact (``decode_array``) for the ``spill.ColumnSink`` that joins them.
 
     ``pread`` into a private buffer rather than a memory map: mapped file pages would stay resident in the worker
-    and count against its memory for the whole file it walks through. The buffer is the thread's own and serves its
-    next piece too (``_piece_buffer``): a fresh one of 8 MB costs the system two thousand zeroed pages a piece.
-    Nothing decoded keeps a reference to it: the columns are numbers and strings made from it.
+    and count against its memory for the whole file it walks through. The buffer is left unfilled until read into
+    (a ``bytearray`` is zeroed first: 8 MB written twice a piece). Nothing decoded keeps a reference to it: the
+    columns are numbers and strings made from it.
     """
     n = end - start
-    buf = _piece_buffer(n + 2)
-    with memoryview(buf) as whole, whole[: n + 2] as text:
+    buf = np.empty(n + 2, np.uint8)
+    with memoryview(buf) as text:
         # The piece is read between the brackets that make it an array, so it is never copied to add them.
         text[0], text[n + 1] = 0x5B, 0x5D  # "[", "]"
         fd = os.open(path, os.O_RDONLY)
@@ -281,19 +281,3 @@ def decode_range(path: str, start: int, end: int) -> dict:
         finally:
             os.close(fd)
         return decode_array(text, compact=True)  # for a ColumnSink, always
-
-
-_BUFFERS = threading.local()
-# A buffer is kept for the next piece up to this size (a piece runs a little past ``PIECE_BYTES`` to the next event
-# boundary); a larger one, for a file cut into larger pieces, is made for its piece alone.
-_KEEP_BYTES = 4 * PIECE_BYTES
-
-
-def _piece_buffer(size: int) -> bytearray:
-    """A buffer of at least ``size`` bytes for this thread's piece: the one its last piece used where that is large
-    enough."""
-    buf = getattr(_BUFFERS, "buf", None)
-    if buf is None or len(buf) < size:
-        buf = bytearray(max(size, PIECE_BYTES + (PIECE_BYTES >> 2)))
-        _BUFFERS.buf = buf if len(buf) <= _KEEP_BYTES else None
-    return buf

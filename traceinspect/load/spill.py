@@ -11,6 +11,11 @@ for value, in the same order, with the same string tables.
 
 Only the numeric columns and string codes are spilled; the shape text kept for matrix ops (``RAW_COLS``) stays in
 memory (it is kept for a few kinds of operator only, ``columns.py``).
+
+A piece may hand over the columns made from a few distinct values (the process, the thread, the rarely present
+arguments) as codes into those values (``columns.LOOKUPS``): the sink numbers each distinct tuple once for the
+file, as it numbers strings, holds the codes, and makes the columns whole when it joins them (or writes them
+whole to the spill files).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import weakref
 import numpy as np
 
 from . import instants as _instants
-from .columns import LOOKUPS, NUM_COLS, RAW_COLS, STR_COLS, expanded
+from .columns import LOOKUPS, NUM_COLS, RAW_COLS, STR_COLS
 from .limits import Limits
 from .unmodelled import merged
 
@@ -97,12 +102,12 @@ class ColumnSink:
             out.update({c: np.ascontiguousarray(rows[:, j]) for j, c in enumerate(cols)})
         return out
 
-    def _whole(self, piece: dict, values: dict[str, np.ndarray]) -> dict:
-        """The piece with its looked-up columns made whole (for the spill files, which hold whole columns)."""
+    @staticmethod
+    def _whole(piece: dict, values: dict[str, np.ndarray]) -> None:
+        """The piece's looked-up columns made whole (for the spill files, which hold whole columns)."""
         for cols, codes in piece.pop(LOOKUPS, ()):
             for c in cols:
                 piece[c] = values[c][codes]
-        return piece
 
     def _start_spilling(self) -> None:
         _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
