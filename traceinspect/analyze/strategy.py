@@ -30,14 +30,18 @@ PP_MARKS = ("PipelineStage", "PipelineSchedule", "PP:", "_PipelineStage")
 # DTensor's redistributions run functional collectives; FSDP2 issues c10d ops directly.
 TP_COLLECTIVE_SOURCE = "_c10d_functional::"
 
+# Every kind, outermost first: the order a run's kinds are listed in.
+KINDS = ("ddp", "fsdp1", "fsdp2", "tp", "pp", "dp")
 SCHEDULE_LABELS = {"all-forward-then-backward": "GPipe-like", "interleaved": "1F1B-like"}
-LABELS = {"ddp": "DDP", "fsdp1": "FSDP1", "fsdp2": "FSDP2", "tp": "tensor parallel", "pp": "pipeline parallel"}
+LABELS = {"ddp": "DDP", "fsdp1": "FSDP1", "fsdp2": "FSDP2", "tp": "tensor parallel", "pp": "pipeline parallel",
+          "dp": "data parallel, its own all-reduces (not DDP)"}
 
 
 @dataclass(frozen=True)
 class Strategy:
     """What parallelism the trace shows. ``kinds``: the strategies seen, outermost first (``ddp``, ``fsdp1``,
-    ``fsdp2``, ``tp``, ``pp``); empty: none seen. ``None`` fields are not shown by the trace."""
+    ``fsdp2``, ``tp``, ``pp``, ``dp``: gradient all-reduces of the program's own); empty: none seen. ``None`` fields
+    are not shown by the trace."""
 
     kinds: tuple[str, ...] = ()
     reshard_after_forward: bool | None = None  # FSDP: parameters all-gathered again for backward
@@ -107,11 +111,18 @@ def recognise(names: Mapping[str, int], collectives: pd.DataFrame | None, steps:
         pp_microbatches = _microbatches(names, p2p, steps)
         schedule = _schedule(p2p)
     # Gradient all-reduces alone name DDP only in a trace without CPU ops (kernels only), where DDP's own marks
-    # could not show: where the ops are recorded and none is DDP's, the all-reduces are the program's own (hooks,
-    # a hand-written data parallel loop), and DDP's advice (no_sync, bucket_cap_mb) would not apply.
-    if not kinds and not names and coll is not None and "grad" in coll and coll["grad"].astype(bool).any():
-        kinds.append("ddp")
-        evidence.append("all-reduces of gradients during backward (no CPU ops recorded)")
+    # could not show. Where the ops are recorded and none is DDP's, all-reduces issued during a backward pass are
+    # the program's own gradient all-reduces (hooks, a hand-written data parallel loop): data parallel all the same
+    # ("dp"), but DDP's advice (no_sync, bucket_cap_mb) would not apply. All-reduces with no backward pass around
+    # them (a collectives benchmark, a loop of tensors) name no strategy.
+    grad = coll["grad"].astype(bool).to_numpy() if coll is not None and "grad" in coll else None
+    if not kinds and grad is not None and grad.any():
+        if not names:
+            kinds.append("ddp")
+            evidence.append("all-reduces of gradients during backward (no CPU ops recorded)")
+        elif "phase" in coll and (grad & (coll["phase"] == "backward").to_numpy()).any():
+            kinds.append("dp")
+            evidence.append("all-reduces of gradients during backward, none of them DDP's")
     raf = _reshards(coll) if {"fsdp1", "fsdp2"} & set(kinds) else None
     return Strategy(kinds=tuple(kinds), reshard_after_forward=raf, pp_stages=1 if "pp" in kinds else None,
                     pp_microbatches=pp_microbatches, pp_schedule=schedule, evidence=tuple(evidence))
@@ -177,8 +188,7 @@ def run_strategy(ranks: Iterable) -> Strategy:
     per = [rank_strategy(ra) for ra in ranks]
     if not per:
         return Strategy()
-    order = ("ddp", "fsdp1", "fsdp2", "tp", "pp")
-    kinds = tuple(k for k in order if any(s.is_(k) for s in per))
+    kinds = tuple(k for k in KINDS if any(s.is_(k) for s in per))
     evidence = tuple(dict.fromkeys(e for s in per for e in s.evidence))
     raf = _mode([s.reshard_after_forward for s in per])
     # a middle stage sends and receives in both directions (2 per micro-batch each way): the fewest is the count

@@ -17,7 +17,7 @@ import pandas as pd
 from .peaks import Peak, device_peak
 
 ROOFLINE_ROWS = 10  # op groups the report lists, the most time lost against the roofline first
-DATA_PARALLEL = {"ddp", "fsdp1", "fsdp2", "none"}
+DATA_PARALLEL = {"ddp", "fsdp1", "fsdp2", "dp", "none"}
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,8 @@ RULE = Rule(
     label="exposed comm",
     thresholds=("comm_exposed_share_warning",),
     evidence=Evidence, fix=fix, check=PerRank(_rank, _summary, worst=lambda e: e.share_of_step),
-    # data parallel's collectives; a pipeline's sends and receives are its bubble (pipeline-bubble), tensor
-    # parallel's collectives inside the layers tp-exposed-comm's: one time, one finding, one fix
-    strategies=("ddp", "fsdp2", "fsdp1"),
+    # data parallel's collectives (DDP's, FSDP's or the program's own); a pipeline's sends and receives are its
+    # bubble (pipeline-bubble), tensor parallel's collectives inside the layers tp-exposed-comm's: one time, one
+    # finding, one fix
+    strategies=("ddp", "fsdp2", "fsdp1", "dp"),
 )
