@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -140,11 +141,17 @@ class ColumnSink:
         if self.files is None:
             pieces, self.pieces = self.pieces, []
             values, codes = self._values(), _joined_codes(pieces)
-            for col, empty in [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]:
+
+            def join(col: str, empty) -> np.ndarray:
                 if col in codes:
-                    out[col] = values[col][codes[col]]
-                else:
-                    out[col] = _joined(col, pieces, values) if pieces else np.empty(0, empty)
+                    return values[col][codes[col]]
+                return _joined(col, pieces, values) if pieces else np.empty(0, empty)
+
+            # Two columns at a time: numpy copies without the interpreter's lock, and each new column's pages are
+            # the system's to fault in.
+            cols = [(c, np.float64) for c in NUM_COLS] + [(c, np.int32) for c in STR_COLS]
+            with ThreadPoolExecutor(2, thread_name_prefix="traceinspect-join") as pool:
+                out.update(zip([c for c, _ in cols], pool.map(lambda ce: join(*ce), cols)))
             del codes
         else:
             for col in (*NUM_COLS, *STR_COLS):
