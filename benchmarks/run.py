@@ -40,7 +40,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ class Measured:
     stdout_path: str
     stderr_path: str
     others_load: float  # cores used on average by processes other than this one's tree
+    walls: tuple = ()  # every run's wall time where the command was run several times (``repeated``)
 
 
     def last_json(self) -> dict | None:
@@ -168,6 +169,18 @@ def tree_rss_bytes(root: int) -> int:
                 pass
         todo += kids.get(pid, [])
     return total
+
+
+def repeated(times: int, cmd: list[str], **kw) -> Measured:
+    """``measure`` run ``times`` times: the run of the median wall time (its CPU time, its logs), with the largest
+    peak memory of all and every wall time in ``walls``. A run of a few seconds takes whatever the machine does
+    in those seconds; HTA's single run of minutes averages that itself."""
+    runs = [measure(cmd, **kw) for _ in range(max(1, times))]
+    ok = [m for m in runs if m.rc == 0 and not m.timed_out]
+    if len(ok) < len(runs):
+        return next(m for m in runs if m not in ok)  # a failed run is the result: never hidden by a median
+    mid = sorted(runs, key=lambda m: m.wall_s)[(len(runs) - 1) // 2]
+    return replace(mid, peak_rss_mb=max(m.peak_rss_mb for m in runs), walls=tuple(m.wall_s for m in runs))
 
 
 def measure(cmd: list[str], *, log_stem: Path, cwd: Path | None = None, env: dict | None = None,
@@ -412,7 +425,8 @@ class Row:
 def _row(inp: Input, tool: str, m: Measured, extra: dict | None = None) -> Row:
     ok = m.rc == 0 and not m.timed_out
     note = "" if ok else ("timed out" if m.timed_out else f"failed, rc {m.rc}: see {m.stderr_path}")
-    return Row(inp.label, tool, m.wall_s, m.cpu_s, m.peak_rss_mb, ok, m.others_load, note, extra or {})
+    extra = {**(extra or {}), **({"walls": [round(w, 2) for w in m.walls]} if len(m.walls) > 1 else {})}
+    return Row(inp.label, tool, m.wall_s, m.cpu_s, m.peak_rss_mb, ok, m.others_load, note, extra)
 
 
 def clear_ti_cache(inp: Input, xdg: Path) -> None:
@@ -426,14 +440,16 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
     tag = Path(inp.dir).name
 
     def done(r: Row) -> Row:
+        walls = r.extra.get("walls")
         log(f"  {r.tool:<8} {r.wall_s:7.1f} s wall {r.cpu_s:7.1f} s CPU {r.peak_rss_mb:7.0f} MB"
-            f"  (others used {r.others_load:.1f} cores)" + (f"  {r.note}" if r.note else ""))
+            f"  (others used {r.others_load:.1f} cores)" + (f"  {r.note}" if r.note else "")
+            + (f"  median of {', '.join(f'{w:.1f}' for w in walls)} s" if walls else ""))
         rows.append(r)
         return r
 
     if not args.no_floor:
-        m = measure([sys.executable, str(HERE / "floor.py"), inp.dir], log_stem=logs / f"{tag}.floor",
-                    timeout=args.timeout, idle_wait=args.wait_idle)
+        m = repeated(args.repeat, [sys.executable, str(HERE / "floor.py"), inp.dir], log_stem=logs / f"{tag}.floor",
+                     timeout=args.timeout, idle_wait=args.wait_idle)
         res = m.last_json() or {}
         done(_row(inp, "floor", m, {"decode_s": res.get("seconds"), "events": res.get("events")}))
     if hta_py is not None and inp.json_mb > args.hta_max_mb:
@@ -456,8 +472,8 @@ def run_input(inp: Input, args, hta_py: Path | None, ti: list[str] | None, work:
             out_json.parent.mkdir(parents=True, exist_ok=True)
             start = args.baseline.split() if tool == "ti before" else ti
             cmd = start + ["report", inp.dir, "--json", str(out_json)] + extra_args
-            m = measure(cmd, log_stem=logs / f"{tag}.{tool.replace(' ', '-')}", cwd=work, env=env,
-                        timeout=args.timeout, idle_wait=args.wait_idle)
+            m = repeated(1 if tool == "ti cold" else args.repeat, cmd, log_stem=logs / f"{tag}.{tool.replace(' ', '-')}",
+                         cwd=work, env=env, timeout=args.timeout, idle_wait=args.wait_idle)
             row = _row(inp, tool, m, {"report": str(out_json)})
             if tool == "ti cold" and row.ok and rows[-1].ok and row.cpu_s < 0.5 * rows[-1].cpu_s:
                 row.note = "suspiciously fast for a cold cache: does clear_ti_cache() know every cache place?"
@@ -628,7 +644,10 @@ def write_results(path_md: Path, meta: dict, inputs: list[Input], rows: list[Row
         "the least any JSON reader can do, so `time / floor` says how many decodes' worth the tool spends. "
         "`CPU / HTA` compares CPU seconds (all processes of the tool), which a busy machine distorts less. "
         "`ti` = `traceinspect report DIR --json OUT --no-cache`; `ti cold` = first run with the cache "
-        "enabled (decodes and writes it); `ti warm` = the re-report from the cache. "
+        "enabled (decodes and writes it); `ti warm` = the re-report from the cache. The floor, `ti` and `ti warm` "
+        "run `--repeat` times each (3 by default) and show the run of median wall time (its CPU s; the peak memory "
+        "of all of them; every wall time in the JSON results, `walls`): a run of a few seconds takes whatever "
+        "the machine does in those seconds, where HTA's one run of minutes averages it. HTA and `ti cold` run once. "
         "Peak memory is the largest sum of PSS over the process tree (workers included; pages shared copy-on-write count once), never below the largest single process's ru_maxrss. `others' load` is the number of "
         "cores that other processes on the machine used on average during the run (from /proc/stat): with 2 "
         "cores, anything above ~0.2 inflates wall times. See benchmarks/README.md.",
@@ -697,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", metavar="CMD",
                    help="another traceinspect build to run first on each input (row 'ti before', --no-cache), e.g. "
                         "'env PYTHONPATH=OLD_TREE .venv/bin/python -m traceinspect'; its report must equal this one's")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="run the floor, ti and ti warm N times each and keep the run of median wall time (HTA and "
+                        "ti cold run once) [3]")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before one tool run is killed [1800]")
     p.add_argument("--wait-idle", type=float, default=20, metavar="S",
                    help="before each run, wait up to S seconds for other processes to go quiet (120 s in all) [20]")
