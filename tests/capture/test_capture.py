@@ -377,8 +377,12 @@ def test_render_knobs() -> None:
                     reason="traceinspect.run.api (the analyzer) is not there yet")
 def test_demo_end_to_end(tmp_path: Path) -> None:
     res = _cli("demo", "--out", str(tmp_path / "demo"), "--nproc", "2", "--set", "num_workers=0",
-               "--set", "mlp_hidden=1024", "--rounds", "3", "--budget", "150", timeout=600)
+               "--set", "mlp_hidden=1024", "--rounds", "3", "--budget", "150", env={"COLUMNS": "80"}, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
+    # In an 80-column terminal, as the README's first command runs: no line the terminal would have to wrap (but
+    # for a command naming this test's long folder, which is not cut).
+    wide = [line for line in res.stdout.splitlines() if len(line) > 80 and str(tmp_path) not in line]
+    assert not wide, wide
     assert len(trace_files(tmp_path / "demo" / "baseline")) == 2
     assert len(trace_files(tmp_path / "demo" / "optimized")) == 2
     assert "What the optimized preset changes" in res.stdout

@@ -75,7 +75,7 @@ def capture(preset, nproc, out, overrides, model, steps, wait, warmup, active, r
                             steps=steps, wait=wait, warmup=warmup, active=active, repeat=repeat,
                             gzip=gzip, record_shapes=record_shapes, profile_memory=profile_memory,
                             with_stack=with_stack, overwrite=overwrite, verbose=verbose,
-                            on_start=lambda what: click.echo(f"traceinspect: capturing {what} ...", err=True))
+                            on_start=lambda what: click.echo(f"traceinspect: capturing {what}", err=True))
     except CaptureFailed as e:
         raise CliError(str(e)) from None
     ranks = len({p.name.split(".", 1)[0] for p in files})

@@ -6,7 +6,6 @@ The analyzer is imported inside the command, so the demo still captures where on
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import click
 from ..errors import UsageError
 from .demo_verdict import BUSY, BUSY_SHARE, FASTER, NOISE_BASIS, SLOWER, Verdict, judge, mean_sd
 from .launch import CaptureFailed, CliError, _import_torch, run_capture
+from .options import text_width
 
 #: Sizes that keep a 2-rank CPU capture to seconds on a 2-core machine; 8 small micro-batches per optimizer step, so
 #: the step is mostly what the fixes remove (a gradient all-reduce per micro-batch) rather than matmuls.
@@ -70,7 +70,7 @@ def demo(out, nproc, model, overrides, rounds, budget, report, verbose):
         try:
             run_capture(folders[preset], preset=preset, nproc=nproc, overrides=knobs, model=model,
                         overwrite=True, verbose=verbose, active=3 if cuda else CPU_DEMO_ACTIVE,
-                        on_start=lambda what: click.echo(f"traceinspect: capturing {what} ...", err=True))
+                        on_start=lambda what: click.echo(f"traceinspect: capturing {what}", err=True))
         except CaptureFailed as e:
             raise CliError(str(e)) from None
         click.echo(f"traceinspect: {preset} captured in {time.monotonic() - t0:.1f}s", err=True)
@@ -92,7 +92,7 @@ def demo(out, nproc, model, overrides, rounds, budget, report, verbose):
                        f"`traceinspect report {folders['baseline']}` where traceinspect is fully installed") from None
     measured = _measure(capture, folders, rounds, budget, gpu=cuda)
     knob_diff = _knob_diff(*(_workload_settings(measured.reports[preset]) for preset in PRESETS))
-    width = max(shutil.get_terminal_size((120, 40)).columns, 100)
+    width = text_width()  # the terminal's ($COLUMNS), as the report's: wider lines would wrap in it
     from rich.console import Console
 
     from ..render.diff_text import render_diff_text
@@ -100,11 +100,11 @@ def demo(out, nproc, model, overrides, rounds, budget, report, verbose):
     console = Console(width=width)
     render_knobs(knob_diff, console=console, cuda=cuda)
     render_rounds(measured, console=console)
-    click.echo(f"Per category, round {len(measured.rounds)} (its steps' own noise; the step time's verdict is "
-               "the table above):")
+    click.echo(f"Per category, round {len(measured.rounds)} (its steps' own noise; the step time's verdict: "
+               "above)")
     click.echo(render_diff_text(_without_wall(measured.diff), width=width), nl=False)
-    click.echo(f"details: traceinspect report {folders['baseline']}   |   "
-               f"traceinspect report {folders['optimized']}")
+    click.echo(f"details: traceinspect report {folders['baseline']}\n"
+               f"         traceinspect report {folders['optimized']}")
 
 
 @dataclass(frozen=True)

@@ -138,8 +138,8 @@ def run_capture(out: str | os.PathLike, *, preset: str = "optimized", nproc: int
     for path in old:
         path.unlink()
     if on_start is not None:
-        on_start(f"{preset}{f' ({model})' if model else ''} on {nproc} "
-                 f"{'GPU rank(s) (NCCL)' if cuda else 'CPU rank(s) (gloo)'} into {out}")
+        on_start(f"{preset}{f' ({model})' if model else ''} ({nproc} {'GPU' if cuda else 'CPU'} ranks, "
+                 f"{'NCCL' if cuda else 'gloo'}) into {out}")
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            "-m", "traceinspect.capture.workload", "--preset", preset, "--out", str(out),
