@@ -323,3 +323,16 @@ def test_command_modules_do_not_import_each_other():
     assert "main" not in imports("diff")
     for shared in ("options", "output", "exits", "runs"):
         assert not imports(shared) & {"main", "diff"}, shared
+
+
+def test_help_is_plain_text_at_80_columns():
+    """Every command's help, as a new user reads it in an 80-column terminal: no line past the edge, and no markup
+    of the docstrings it is made from (``double backticks``, :role:`...`)."""
+    from traceinspect.cli.main import cli
+
+    for name in ["", *sorted(cli.commands)]:
+        argv = [name, "--help"] if name else ["--help"]
+        p = run_cli(*argv, env={**os.environ, "COLUMNS": "80"})
+        assert p.returncode == 0, (name, p.stderr)
+        for line in p.stdout.splitlines():
+            assert len(line) <= 80 and "``" not in line and ":func:" not in line, (name, line)

@@ -237,7 +237,7 @@ def explain(rule_id, settings) -> None:
 @click.option("--columns", is_flag=True, help="Print the step fields as a Markdown table instead (docs/metrics.md).")
 @click.option("--diff", "of_diff", is_flag=True, help="Print the JSON Schema of `diff --json` instead (docs/diff.schema.json).")
 def schema(columns, of_diff) -> None:
-    """Print the JSON Schema of the report (``report --json``), generated from its types (docs/report.schema.json)."""
+    """Print the JSON Schema of the report (`report --json`), generated from its types (docs/report.schema.json)."""
     if of_diff:
         from ..report.diff_doc import diff_schema_text
 
