@@ -53,22 +53,30 @@ from .units import US, Bytes, Count, GBps, Share, Us
 COMMON = (
     "                                gradient_as_bucket_view=True,  # no copy between grads and buckets\n"
     "                                static_graph=True)             # if the graph is the same every step\n"
-    "# no loss.item() / .cpu() / print(tensor) inside backward or the accumulation loop; log every N steps\n"
-    "# with gradient accumulation: model.no_sync() on all micro-batches but the last"
+    "# no loss.item() / .cpu() / print(tensor) inside backward or the\n"
+    "# accumulation loop; log every N steps\n"
+    "# accumulating gradients: model.no_sync() on all micro-batches but the last"
 )
 DDP = {"gpu": "model = DistributedDataParallel(model, device_ids=[local_rank],\n",
        "cpu": "model = DistributedDataParallel(model,                 # CPU / gloo: no device_ids\n"}
+# The fixes' comment lines fit an 80-column report (76 characters after its indent): a paragraph is written in
+# lines of that length here, where it is known to be one.
 FIX_FEW_BUCKETS = (
-    "# {b:.0f} bucket(s) per round: the step waits for the last bucket's all-reduce after backward (with one, the\n"
-    "# whole gradient's). Smaller buckets start reducing during backward and shorten that tail (default 25 MB):\n"
+    "# {b:.0f} bucket(s) per round: the step waits for the last bucket's\n"
+    "# all-reduce after backward (with one, the whole gradient's).\n"
+    "# Smaller buckets start reducing during backward and shorten that tail\n"
+    "# (default 25 MB):\n"
     "{ddp}                                bucket_cap_mb={cap},  # {why}\n" + COMMON)
 FIX_MANY_BUCKETS = (
-    "# {b:.0f} buckets per round and the step waits for the last one: fewer, bigger buckets\n"
+    "# {b:.0f} buckets per round and the step waits for the last one:\n"
+    "# fewer, bigger buckets\n"
     "{ddp}                                bucket_cap_mb=50,\n" + COMMON)
 FIX_NOT_TAIL = (
-    "# the exposed time is not the gradient all-reduce tail ({tail}); most is in {names}:\n"
-    "# overlap those collectives with compute (issue them asynchronously, async_op=True, and wait later),\n"
-    "# make them smaller, or check the interconnect (allreduce_busbw_gbps); bucket settings will not help\n")
+    "# the exposed time is not the gradient all-reduce tail ({tail});\n"
+    "# most is in {names}:\n"
+    "# overlap those collectives with compute (issue them asynchronously,\n"
+    "# async_op=True, and wait later), make them smaller, or check the\n"
+    "# interconnect (allreduce_busbw_gbps); bucket settings will not help\n")
 MANY_BUCKETS = 8  # from this many buckets per round the per-call cost dominates (small-buckets' threshold)
 
 

@@ -151,7 +151,8 @@ def comm_fix(setup, default: str) -> str:
         return ("# FSDP: overlap the all-gathers and reduce-scatters with compute\n"
                 "fully_shard(block, reshard_after_forward=False)   # fewer all-gathers for the blocks that fit\n"
                 "model.set_modules_to_forward_prefetch([...]); model.set_modules_to_backward_prefetch([...])")
-    return "# the collectives are not DDP's: overlap them with compute (async_op=True, wait just before use)"
+    return ("# the collectives are not DDP's: overlap them with compute\n"
+            "# (async_op=True, wait just before use)")
 
 
 def accumulation_fix(setup, default: str) -> str:

@@ -164,29 +164,36 @@ def check(report, config) -> list:
                     stake=stake, setup=getattr(report.ranks[0], "setup", None))]
 
 
+# The fixes' comment lines fit an 80-column report (76 characters after its indent): each paragraph is written in
+# lines of that length here, where it is known to be one.
 FIX_HEAD = (
-    "# {p} stages x {m} micro-batches: fill and drain alone leave (p-1)/(m+p-1) = {now:.0f} % of each stage idle;\n"
-    "# measured {measured:.0f} %: {fd:.1f} ms per step fill and drain, {rest:.1f} ms transfers and other waits\n"
-    "# ({per:.1f} ms per transfer), {imb:.1f} ms stage imbalance\n")
+    "# {p} stages x {m} micro-batches: fill and drain alone leave\n"
+    "# (p-1)/(m+p-1) = {now:.0f} % of each stage idle; measured {measured:.0f} %: {fd:.1f} ms per step\n"
+    "# fill and drain, {rest:.1f} ms transfers and other waits ({per:.1f} ms per transfer),\n"
+    "# {imb:.1f} ms stage imbalance\n")
 FIX_MORE = (
-    "# twice the micro-batches at the same batch halve the fill and drain and double the transfers:\n"
+    "# twice the micro-batches at the same batch halve the fill and drain and\n"
+    "# double the transfers:\n"
     "schedule = Schedule1F1B(stage, n_microbatches={m2}, loss_fn=loss_fn)  # {then:.0f} %, about {save:.1f} ms less "
     "bubble per step\n"
-    "# ({size} per transfer now) only while a micro-batch's work shrinks with its size: tiny micro-batches cost\n"
-    "# their dispatch and gradient accumulation each\n")
+    "# ({size} per transfer now) only while a micro-batch's work shrinks with its\n"
+    "# size: tiny micro-batches cost their dispatch and gradient accumulation each\n")
 FIX_FEWER = (
-    "# the transfers cost more than the fill and drain they shorten: fewer, larger micro-batches\n"
+    "# the transfers cost more than the fill and drain they shorten: fewer,\n"
+    "# larger micro-batches\n"
     "schedule = Schedule1F1B(stage, n_microbatches={m2}, loss_fn=loss_fn)  # about {save:.1f} ms less bubble per step\n"
     "# (or a faster link / fewer stages: {size} per transfer now)\n")
-FIX_NONE = ("# neither twice nor half the micro-batches shortens the bubble by the evidence (about {dbl:.1f} / "
-            "{hlf} ms)\n")
+FIX_NONE = ("# neither twice nor half the micro-batches shortens the bubble by the\n"
+            "# evidence (about {dbl:.1f} / {hlf} ms)\n")
 FIX_TAIL = (
-    "# the batch must divide into n_microbatches; GPipe and 1F1B have the same bubble (1F1B holds at most p\n"
-    "# micro-batches' activations instead of m: memory, not time)\n"
-    "# with 2+ stages per rank: ScheduleInterleaved1F1B(stages, n_microbatches=...) cuts the bubble by the\n"
-    "# stages per rank; ScheduleZBVZeroBubble (2 stages per rank, V-shaped) fills it with weight-gradient work\n")
-FIX_BALANCE = ("# the slowest stage paces every step: move layers off it (split the model so that each stage's\n"
-               "# forward + backward takes the same time)\n")
+    "# the batch must divide into n_microbatches; GPipe and 1F1B have the same\n"
+    "# bubble (1F1B holds at most p micro-batches' activations instead of m:\n"
+    "# memory, not time)\n"
+    "# with 2+ stages per rank: ScheduleInterleaved1F1B(stages, n_microbatches=...)\n"
+    "# cuts the bubble by the stages per rank; ScheduleZBVZeroBubble (2 stages per\n"
+    "# rank, V-shaped) fills it with weight-gradient work\n")
+FIX_BALANCE = ("# the slowest stage paces every step: move layers off it (split the model\n"
+               "# so that each stage's forward + backward takes the same time)\n")
 
 
 def _size(nbytes: float | None) -> str:

@@ -87,16 +87,20 @@ def _summary(hits, w, report, config):
     return ev, title, e.exposed_us_per_step
 
 
+# The fixes' comment lines fit an 80-column report (76 characters after its indent): each paragraph is written in
+# lines of that length here, where it is known to be one.
 FIX_PAIR = (
-    "# {n:.0f} functional collectives per step ({kinds}): the plan redistributes between layers.\n"
-    "# Pair each ColwiseParallel with a RowwiseParallel: one all-reduce in forward, one in backward per block\n"
+    "# {n:.0f} functional collectives per step ({kinds}): the plan\n"
+    "# redistributes between layers. Pair each ColwiseParallel with a\n"
+    "# RowwiseParallel: one all-reduce in forward, one in backward per block\n"
     "parallelize_module(model, tp_mesh, {{\"w1\": ColwiseParallel(), \"w2\": RowwiseParallel()}})\n")
 FIX_SP = (
-    "# keep activations sharded between blocks: SequenceParallel on the norms / dropout, and\n"
-    "# ColwiseParallel(input_layouts=Shard(1)) / RowwiseParallel(output_layouts=Shard(1)) around them\n"
-    "# (reduce-scatter + all-gather instead of all-reduce; fewer bytes per rank in the norms)\n")
+    "# keep activations sharded between blocks: SequenceParallel on the norms /\n"
+    "# dropout, and ColwiseParallel(input_layouts=Shard(1)) /\n"
+    "# RowwiseParallel(output_layouts=Shard(1)) around them (reduce-scatter +\n"
+    "# all-gather instead of all-reduce; fewer bytes per rank in the norms)\n")
 FIX_ASYNC = (
-    "# {where}async tensor parallel overlaps the\n# collectives with the matmuls:\n"
+    "{where}"
     "torch._inductor.config._micro_pipeline_tp = True\n"
     "torch.distributed._symmetric_memory.enable_symm_mem_for_group(tp_mesh.get_group().group_name)\n"
     "{compile}")
@@ -107,8 +111,9 @@ def fix(ev: Evidence, setup=None) -> str:
     kinds = ", ".join(f"{v:.0f} {k}" for k, v in sorted(e.comm_by_kind_per_step.items())) or "kinds not recorded"
     out = FIX_PAIR.format(n=e.collectives_per_step, kinds=kinds) if e.collectives_per_step > 2 else ""
     out += FIX_SP
-    where = "on GPU (NCCL, symmetric memory; not on CPU / gloo) with torch.compile, " if ev.cpu_only else \
-        "with torch.compile, "
+    where = ("# on GPU (NCCL, symmetric memory; not on CPU / gloo) with torch.compile,\n"
+             "# async tensor parallel overlaps the collectives with the matmuls:\n") if ev.cpu_only else \
+        "# with torch.compile, async tensor parallel overlaps the collectives with\n# the matmuls:\n"
     out += FIX_ASYNC.format(where=where, compile="" if ev.compiled else "model = torch.compile(model)\n")
     return out
 
