@@ -336,3 +336,27 @@ def test_help_is_plain_text_at_80_columns():
         assert p.returncode == 0, (name, p.stderr)
         for line in p.stdout.splitlines():
             assert len(line) <= 80 and "``" not in line and ":func:" not in line, (name, line)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_after_a_signal_no_thread_prints_a_traceback(signame):
+    """Ctrl-C and SIGTERM first silence the other threads: a process pool torn down by the signal can raise in its
+    manager thread (Python 3.11 sets an error on a future the interrupted loop cancelled), and the command is to end
+    with its one line. Before the signal, a thread's error is printed as ever."""
+    code = ("import signal, threading\n"
+            "from traceinspect.cli import exits\n"
+            "exits.install_signal_handlers()\n"
+            "def boom():\n"
+            "    raise ZeroDivisionError('from a thread')\n"
+            "def thread():\n"
+            "    t = threading.Thread(target=boom); t.start(); t.join()\n"
+            "thread()\n"
+            "try:\n"
+            f"    signal.raise_signal(signal.{signame})\n"
+            "except BaseException as exc:\n"
+            "    print(type(exc).__name__)\n"
+            "thread()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [{"SIGINT": "KeyboardInterrupt", "SIGTERM": "Terminated"}[signame]]
+    assert p.stderr.count("ZeroDivisionError: from a thread") == 1, p.stderr  # the one before the signal

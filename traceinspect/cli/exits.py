@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 
 import click
@@ -185,9 +186,25 @@ def _internal(exc: BaseException) -> int:
 
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    _quiet_threads()
     raise Terminated(EXIT_TERMINATED)
 
 
+def _on_sigint(signum, frame) -> None:
+    _quiet_threads()
+    raise KeyboardInterrupt
+
+
+def _quiet_threads() -> None:
+    """From a signal on, the process is ending with its one line: what a thread of a process pool raises while the
+    pool is torn down is not printed. (Python 3.11's pool manager, finding its workers killed, sets an error on
+    futures the interrupted loop has cancelled already, and raises ``InvalidStateError``.)"""
+    threading.excepthook = lambda args: None
+
+
 def install_signal_handlers() -> None:
-    """SIGTERM becomes ``Terminated`` in the main thread (the process entry point only, not an embedding)."""
+    """SIGTERM becomes ``Terminated`` and SIGINT ``KeyboardInterrupt`` in the main thread (the process entry point
+    only, not an embedding), each first silencing the threads that the teardown it starts may trip."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C was set to be ignored
+        signal.signal(signal.SIGINT, _on_sigint)
