@@ -185,7 +185,7 @@ def columns_from_tagged(events: list, compact: bool = False) -> dict:
     out: dict = {"n": n, "kind": kind_of[icodes].astype(np.uint8), "instants": found}
     out["unmodelled"] = unmodelled(((k[0], c) for k, c, kk in zip(keys, per_key, kind_of) if kk < 0 and c),
                                    _CAT_LOOKUP)
-    lookups = [(icodes, {"pid": _ints(itemgetter(2), keys, len(keys)), "tid": _ints(itemgetter(3), keys, len(keys))})]
+    lookups = [(icodes, {col: _ints(itemgetter(j), keys, len(keys)) for j, col in enumerate(LOOKUP_GROUPS[0], 2)})]
     # Names numbered in order of first appearance among the kept events, as one pass over the names would.
     names = _Codes()
     names[None] = -1
@@ -200,7 +200,7 @@ def columns_from_tagged(events: list, compact: bool = False) -> dict:
     rare = _Table()
     rcodes = np.fromiter(map(rare.__getitem__, map(_RARE, args)), np.int32, n)
     table = list(rare)
-    lookups.append((rcodes, {col: _ints(itemgetter(j), table, len(table)) for j, col in enumerate(_RARE_INTS)}))
+    lookups.append((rcodes, {col: _ints(itemgetter(j), table, len(table)) for j, col in enumerate(LOOKUP_GROUPS[1])}))
     for j, col in enumerate(_RARE_STRS, start=len(_RARE_INTS)):
         codes, strings = _intern_iter(map(itemgetter(j), table), len(table))
         out[col] = (codes[rcodes], strings)
@@ -209,10 +209,12 @@ def columns_from_tagged(events: list, compact: bool = False) -> dict:
     return out if compact else expanded(out)
 
 
-# A piece's integer columns that are codes into a few distinct values: a list of (codes, {column: values}), each
-# column ``values[codes]`` (``expanded``). The process and thread of an event come from its (category, name,
-# process, thread) key, the rarely present arguments from their tuple: 8 columns of 8 bytes an event become 2 of 4.
+# A piece's integer columns that are codes into a few distinct values: a list of (codes, {column: values}), one
+# per group of ``LOOKUP_GROUPS``, each column ``values[codes]`` (``expanded``). The process and thread of an event
+# come from its (category, name, process, thread) key, the rarely present arguments from their tuple: 8 columns of
+# 8 bytes an event become 2 of 4.
 LOOKUPS = "lookups"
+LOOKUP_GROUPS = (("pid", "tid"), _RARE_INTS)
 
 
 def expanded(cols: dict) -> dict:
@@ -220,6 +222,18 @@ def expanded(cols: dict) -> dict:
     for codes, values in cols.pop(LOOKUPS, ()):
         for col, vals in values.items():
             cols[col] = vals[codes]
+    return cols
+
+
+def compacted(cols: dict) -> dict:
+    """``cols`` (whole, as the slower decoders give them) with the ``LOOKUP_GROUPS`` columns as codes into their
+    distinct values, as the fast decoder hands them over: the inverse of ``expanded``."""
+    lookups = []
+    for group in LOOKUP_GROUPS:
+        rows = np.stack([np.asarray(cols.pop(c), np.int64) for c in group], axis=1)
+        values, codes = np.unique(rows, axis=0, return_inverse=True)
+        lookups.append((codes.reshape(-1).astype(np.int32), {c: values[:, j].copy() for j, c in enumerate(group)}))
+    cols[LOOKUPS] = lookups
     return cols
 
 

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import instants as _instants
-from .columns import LOOKUPS, NUM_COLS, RAW_COLS, STR_COLS
+from .columns import LOOKUPS, NUM_COLS, RAW_COLS, STR_COLS, compacted, expanded
 from .limits import Limits
 from .unmodelled import merged
 
@@ -57,6 +57,10 @@ class ColumnSink:
         self.n = 0
 
     def add(self, piece: dict) -> None:
+        if self.files is not None:
+            expanded(piece)  # written whole to the spill files, from its own values
+        elif LOOKUPS not in piece:
+            compacted(piece)  # held as every held piece is: its lookup columns as codes
         self._unify(piece)
         self._unify_lookups(piece)
         # What stays in memory either way (a few columns, and only for some rows) is kept aside as it comes.
@@ -103,13 +107,6 @@ class ColumnSink:
             out.update({c: np.ascontiguousarray(rows[:, j]) for j, c in enumerate(cols)})
         return out
 
-    @staticmethod
-    def _whole(piece: dict, values: dict[str, np.ndarray]) -> None:
-        """The piece's looked-up columns made whole (for the spill files, which hold whole columns)."""
-        for cols, codes in piece.pop(LOOKUPS, ()):
-            for c in cols:
-                piece[c] = values[c][codes]
-
     def _start_spilling(self) -> None:
         _TRIM.budget = self.resident if _TRIM.budget is None else min(_TRIM.budget, self.resident)
         _LIBC.return_freed_memory()
@@ -117,12 +114,13 @@ class ColumnSink:
         for col in (*NUM_COLS, *STR_COLS):
             self.files[col] = (tempfile.TemporaryFile(dir=self.spill_dir), None)
         held, self.pieces, self.held = self.pieces, [], 0
-        for p in held:
+        values = self._values()
+        for p in held:  # made whole from the file's values, as the spill files hold whole columns
+            for cols, codes in p.pop(LOOKUPS):
+                p.update({c: values[c][codes] for c in cols})
             self._append(p)
 
     def _append(self, piece: dict) -> None:
-        if piece[LOOKUPS]:
-            self._whole(piece, self._values())
         for col in (*NUM_COLS, *STR_COLS):
             self._write(col, piece.pop(col))
 
@@ -143,9 +141,11 @@ class ColumnSink:
             values, codes = self._values(), _joined_codes(pieces)
 
             def join(col: str, empty) -> np.ndarray:
+                if not pieces:
+                    return np.empty(0, empty)
                 if col in codes:
                     return values[col][codes[col]]
-                return _joined(col, pieces, values) if pieces else np.empty(0, empty)
+                return np.concatenate([p.pop(col) for p in pieces])
 
             # Two columns at a time: numpy copies without the interpreter's lock, and each new column's pages are
             # the system's to fault in.
@@ -178,38 +178,12 @@ class ColumnSink:
 
 
 def _joined_codes(pieces: list[dict]) -> dict[str, np.ndarray]:
-    """Column -> the file's codes of that column, for the looked-up columns that every piece hands over as codes
-    (all of them where every piece came from the fast decoder): each group's codes joined once."""
-    if not pieces:
-        return {}
-    groups = [dict(p[LOOKUPS]) for p in pieces]
-    out = {}
-    for cols in set.intersection(*(set(g) for g in groups)):
-        if not any(c in p for p in pieces for c in cols):
-            joined = np.concatenate([g[cols] for g in groups])
-            out.update(dict.fromkeys(cols, joined))
-    return out
-
-
-def _joined(col: str, pieces: list[dict], values: dict[str, np.ndarray]) -> np.ndarray:
-    """One column of the pieces, joined into one array made once: each piece's own column, or its lookup codes
-    taken from the file's distinct values; each piece's own column is dropped as soon as it is joined."""
-    parts = []  # (array, whether it is codes into ``values[col]``)
-    for p in pieces:
-        if col in p:
-            parts.append((p.pop(col), False))
-        else:
-            parts.append((next(codes for cols, codes in p[LOOKUPS] if col in cols), True))
-    out = np.empty(sum(len(a) for a, _ in parts), np.result_type(*[values[col] if coded else a for a, coded in parts]))
-    at = 0
-    for i, (a, coded) in enumerate(parts):
-        part = out[at : at + len(a)]
-        if coded:
-            np.take(values[col], a, out=part, mode="clip")  # codes are in range: "clip" only skips a copy
-        else:
-            part[...] = a
-        at += len(a)
-        parts[i] = None
+    """Column -> the file's codes of that looked-up column (every held piece hands them over as codes), each
+    group's codes joined once."""
+    out: dict = {}
+    for i, (cols, _) in enumerate(pieces[0][LOOKUPS] if pieces else ()):
+        joined = np.concatenate([p[LOOKUPS][i][1] for p in pieces])
+        out.update(dict.fromkeys(cols, joined))
     return out
 
 
