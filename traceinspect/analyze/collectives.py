@@ -129,10 +129,13 @@ class _ArgColumns:
 
     def recorded(self, r: int, name: str, nelems: int, dtype) -> dict:
         """The fields of a collective row that come from event ``r``'s own arguments."""
-        pg = self.pg[r]
-        return dict(name=name, pg=pg if isinstance(pg, str) else None, nelems=nelems,
-                    dtype=dtype if isinstance(dtype, str) else None, group_size=int(self.gsize[r]),
-                    seq=int(self.seq[r]))
+        return _recorded(name, nelems, dtype, self.pg[r], int(self.gsize[r]), int(self.seq[r]))
+
+
+def _recorded(name: str, nelems: int, dtype, pg, group_size: int, seq: int) -> dict:
+    """A collective row's fields from its record's arguments (a dtype or group that is no string is not known)."""
+    return dict(name=name, pg=pg if isinstance(pg, str) else None, nelems=nelems,
+                dtype=dtype if isinstance(dtype, str) else None, group_size=group_size, seq=seq)
 
 
 def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
@@ -154,10 +157,8 @@ def _issue_rows(ev: pd.DataFrame, issues: pd.DataFrame) -> list[dict]:
             nm = normalize_collective(names[i])
             nel = _dims_nelems(a.in_dims[r], input_argument(names[i], nm))
             dt = _first_type(a.in_types[r])
-        pg = pgs[i]
         recs.append(_row(
-            name=nm, pg=pg if isinstance(pg, str) else None, nelems=int(nel) if nel is not None and nel >= 0 else -1,
-            dtype=dt if isinstance(dt, str) else None, group_size=gsize[i], seq=seq[i],
+            **_recorded(nm, int(nel) if nel is not None and nel >= 0 else -1, dt, pgs[i], gsize[i], seq[i]),
             cpu_ts_us=float(its[i]), cpu_dur=float(dur[i]), window=int(iwin[i]), tid=int(itid[i]), source=src,
         ))
     return recs
