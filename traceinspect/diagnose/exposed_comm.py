@@ -59,8 +59,7 @@ COMMON = (
 )
 DDP = {"gpu": "model = DistributedDataParallel(model, device_ids=[local_rank],\n",
        "cpu": "model = DistributedDataParallel(model,                 # CPU / gloo: no device_ids\n"}
-# The fixes' comment lines fit an 80-column report (76 characters after its indent): a paragraph is written in
-# lines of that length here, where it is known to be one.
+# Comment paragraphs in lines of at most 76 characters (diagnose/fixes.py).
 FIX_FEW_BUCKETS = (
     "# {b:.0f} bucket(s) per round: the step waits for the last bucket's\n"
     "# all-reduce after backward (with one, the whole gradient's).\n"

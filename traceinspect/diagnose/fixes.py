@@ -11,7 +11,10 @@ trace to it):
 - no more DataLoader workers than the cores the capture recorded;
 - no DDP advice where DDP is not used;
 - a compiled or graph-replaying program gets advice about what is left (the host work between replays, a bigger
-  batch, ``mode="reduce-overhead"`` where it is not used yet).
+  batch, ``mode="reduce-overhead"`` where it is not used yet);
+- a comment paragraph of several lines is written in lines of at most 76 characters, by the rule that knows it
+  is one paragraph: an 80-column report shows a fix after a 4-column indent and wraps a longer line on its own,
+  which would leave a short line inside the paragraph.
 
 A rank without a setup (its analysis failed) gets the fix as before: nothing is known to contradict.
 """

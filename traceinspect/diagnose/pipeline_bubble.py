@@ -164,8 +164,7 @@ def check(report, config) -> list:
                     stake=stake, setup=getattr(report.ranks[0], "setup", None))]
 
 
-# The fixes' comment lines fit an 80-column report (76 characters after its indent): each paragraph is written in
-# lines of that length here, where it is known to be one.
+# Comment paragraphs in lines of at most 76 characters (diagnose/fixes.py).
 FIX_HEAD = (
     "# {p} stages x {m} micro-batches: fill and drain alone leave\n"
     "# (p-1)/(m+p-1) = {now:.0f} % of each stage idle; measured {measured:.0f} %: {fd:.1f} ms per step\n"

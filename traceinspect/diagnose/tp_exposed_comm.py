@@ -87,8 +87,7 @@ def _summary(hits, w, report, config):
     return ev, title, e.exposed_us_per_step
 
 
-# The fixes' comment lines fit an 80-column report (76 characters after its indent): each paragraph is written in
-# lines of that length here, where it is known to be one.
+# Comment paragraphs in lines of at most 76 characters (diagnose/fixes.py).
 FIX_PAIR = (
     "# {n:.0f} functional collectives per step ({kinds}): the plan\n"
     "# redistributes between layers. Pair each ColwiseParallel with a\n"
