@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from traceinspect.analyze.events import among, step_at
+from traceinspect.analyze.events import isin, step_at
 
 
 def _scan(starts, ends, t, win=None, step_win=None):
@@ -38,15 +38,15 @@ def test_nan_and_no_steps():
 
 
 @given(st.lists(st.integers(-1, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12, unique=True))
-def test_among_equals_numpy_isin(codes, hits):
+def test_isin_of_codes_equals_numpy_isin(codes, hits):
     """Categorical codes (-1: none) against few hits (one comparison each) and many (``isin``): never the -1."""
     for dtype in (np.int8, np.int16, np.int32, np.int64):
         c = np.array(codes, dtype)
-        assert np.array_equal(among(c, hits), np.isin(c, hits)), dtype
+        assert np.array_equal(isin(c, hits), np.isin(c, hits)), dtype
 
 
 @given(st.lists(st.integers(-(1 << 62), 1 << 62), max_size=40), st.lists(st.integers(-(1 << 62), 1 << 62), max_size=6))
-def test_among_takes_ids_of_any_size(values, wanted):
+def test_isin_takes_ids_of_any_size(values, wanted):
     """Thread ids and the like, spread over the whole int64 range: few or many wanted, the same as ``np.isin``."""
     v = np.array(values, np.int64)
-    assert np.array_equal(among(v, wanted), np.isin(v, np.array(wanted, np.int64)))
+    assert np.array_equal(isin(v, wanted), np.isin(v, np.array(wanted, np.int64)))

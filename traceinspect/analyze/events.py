@@ -59,26 +59,7 @@ def row_bounds(ev: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 def name_mask(ev: pd.DataFrame, pred) -> np.ndarray:
     """Rows whose name satisfies ``pred``: the predicate runs once per distinct name."""
     hits = [i for i, c in enumerate(ev["name"].cat.categories) if pred(str(c))]
-    return among(ev["name"].cat.codes.to_numpy(), hits)
-
-
-def among(values: np.ndarray, wanted) -> np.ndarray:
-    """Where the integers ``values`` (a categorical's codes, -1 for none; thread ids...) are one of ``wanted``: a
-    comparison each where they are few (a predicate on names mostly picks a few, a rank has a few threads), else
-    ``isin``. Both a fraction of ``np.isin`` on millions of values, or of indexing a table by every code (which
-    first widens the codes to 64 bits)."""
-    wanted = np.unique(np.asarray(wanted, dtype=np.int64))
-    if len(wanted) <= _FEW:
-        out = np.zeros(len(values), bool)
-        eq = np.empty(len(values), bool) if len(wanted) else None
-        for w in wanted.tolist():
-            np.equal(values, w, out=eq)
-            out |= eq
-        return out
-    return isin(values, wanted)
-
-
-_FEW = 3
+    return isin(ev["name"].cat.codes.to_numpy(), np.array(hits, np.int64))  # code -1 is in no hits
 
 
 def unique_ints(values: np.ndarray) -> np.ndarray:
@@ -109,14 +90,29 @@ def rows_sharing_corr(ev: pd.DataFrame, rows: np.ndarray, targets: np.ndarray) -
     return rows[isin(keys[rows], keys[targets])]
 
 
-def isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """``np.isin`` for integer ids: a lookup table over the range of ``among`` where that range is small (ids
-    are dense: ten times faster than sorting), else a hash lookup."""
+def isin(values: np.ndarray, among) -> np.ndarray:
+    """``np.isin`` for integer ids (a categorical's codes, threads, correlations): a comparison per wanted value
+    where they are few (a predicate on names mostly picks a few, a rank has a few threads: a fraction of any lookup
+    on millions of values), a lookup table over the range of ``among`` where that range is small (ids are dense:
+    ten times faster than sorting), else a hash lookup."""
+    among = np.asarray(among)
     if not len(values) or not len(among):
         return np.zeros(len(values), bool)
+    if len(among) <= _FEW:
+        out = np.zeros(len(values), bool)
+        eq = np.empty(len(values), bool)
+        fits = np.iinfo(values.dtype) if values.dtype.kind in "iu" else None
+        for w in np.unique(among).tolist():
+            if fits is None or fits.min <= w <= fits.max:  # a value past the values' type equals none of them
+                np.equal(values, w, out=eq)
+                out |= eq
+        return out
     if int(among.max()) - int(among.min()) < (1 << 25):
         return np.isin(values, among, kind="table")
     return pd.Series(values).isin(among).to_numpy()
+
+
+_FEW = 3
 
 
 def window_keys(win: np.ndarray, ids: np.ndarray) -> np.ndarray | None:

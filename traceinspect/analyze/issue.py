@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from .attribution import sync_call_rows
-from .events import LOADER_FETCH, among, name_mask, row_bounds, rows_sharing_corr, runtime_mask
+from .events import LOADER_FETCH, isin, name_mask, row_bounds, rows_sharing_corr, runtime_mask
 from .intervals import build_timeline, sweep
 from ..load.trace import Kind, RankTrace
 from .results import RankPart
@@ -83,7 +83,7 @@ def cpu_issue_us(rank: RankTrace, steps, table: pd.DataFrame, threads: np.ndarra
     ev = rank.events
     kind = ev["kind"].to_numpy()
     threads = issuing_threads(ev, steps.gpu_index, steps.main_tid) if threads is None else threads
-    mine = among(ev["tid"].to_numpy(), threads)
+    mine = isin(ev["tid"].to_numpy(), threads)
     host = (kind <= int(Kind.USER_ANNOTATION)) | runtime_mask(ev)
     work = np.flatnonzero(mine & host & ~name_mask(ev, lambda s: s.startswith("ProfilerStep#")))
     del host
@@ -129,7 +129,7 @@ def queue_waits(ev: pd.DataFrame, gidx: np.ndarray, threads: np.ndarray) -> tupl
     rt = launch_calls(ev)["rt"].to_numpy()
     if not len(rt):
         return empty
-    rt = rt[among(ev["tid"].to_numpy()[rt], threads)]
+    rt = rt[isin(ev["tid"].to_numpy()[rt], threads)]
     ts, dur = ev["ts"].to_numpy()[rt].astype(float), ev["dur"].to_numpy()[rt].astype(float)
     if not len(rt):
         return empty
@@ -185,7 +185,7 @@ def capturable_intervals(rank: RankTrace, steps, table: pd.DataFrame, threads: n
     span = ev["kind"].to_numpy() <= int(Kind.USER_ANNOTATION)
     runtime = runtime_mask(ev)
     threads = issuing_threads(ev, steps.gpu_index, steps.main_tid) if threads is None else threads
-    work = among(ev["tid"].to_numpy(), threads)
+    work = isin(ev["tid"].to_numpy(), threads)
     work &= span | runtime
     work &= ~name_mask(ev, lambda s: s.startswith("ProfilerStep#"))
     graph = np.flatnonzero(runtime & name_mask(ev, lambda s: bool(GRAPH_LAUNCH.match(s))))
